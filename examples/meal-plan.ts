@@ -1,0 +1,74 @@
+/**
+ * A small household app's background work on an embedded SQLite file:
+ * a meal-plan job that publishes each day as a partial result, and a
+ * recipe import that fails with a code it declared. Run with `npm start`.
+ */
+import { z } from 'zod'
+import { Runner, type Job } from 'jobtable'
+import { sqlite } from 'jobtable/sqlite'
+
+interface MealPlan {
+  days: { day: number; dinner: string }[]
+  /** What the model provider charged: private, never stored. */
+  providerCostCents: number
+}
+
+export function registerKinds(runner: Runner) {
+  const mealPlan = runner.register('meal_plan', {
+    payload: z.strictObject({ household: z.string().min(1), days: z.number().int().min(1).max(14) }),
+    // Only the days are public; the cost stays in this process.
+    result: (plan: MealPlan) => ({ days: plan.days }),
+    failures: ['provider_unavailable'],
+    handler: async ({ days }, job) => {
+      const dinners = ['lentil soup', 'risotto', 'tacos', 'curry', 'pasta', 'stir fry', 'pizza']
+      const plan: MealPlan = { days: [], providerCostCents: 0 }
+      for (let day = 1; day <= days; day++) {
+        if (job.signal.aborted) throw new Error('stopped')
+        await new Promise((resolve) => setTimeout(resolve, 50)) // the model provider thinking
+        plan.days.push({ day, dinner: dinners[(day - 1) % dinners.length]! })
+        plan.providerCostCents += 3
+        await job.publish(plan)
+      }
+      return plan
+    },
+  })
+
+  const importRecipe = runner.register('import_recipe', {
+    payload: z.strictObject({ url: z.url() }),
+    result: (recipe: { title: string }) => recipe,
+    failures: ['no_recipe_found'],
+    handler: async ({ url }, job) => {
+      // A real import would fetch the page; this one finds nothing there.
+      if (new URL(url).pathname === '/') return job.fail('no_recipe_found')
+      return { title: 'Soup' }
+    },
+  })
+  return { mealPlan, importRecipe }
+}
+
+async function main(): Promise<void> {
+  const path = process.env.JOBTABLE_DB ?? 'jobtable-example.db'
+  await using runner = new Runner({ driver: sqlite({ path }), workers: 4 })
+  const { mealPlan, importRecipe } = registerKinds(runner)
+  await runner.start()
+
+  const planId = await mealPlan.enqueue({ household: 'h1', days: 3 })
+  const importId = await importRecipe.enqueue({ url: 'https://recipes.example/' })
+  console.log(`enqueued meal_plan ${planId} and import_recipe ${importId} in ${path}`)
+
+  const show = (job: Job) => console.log(`${job.kind.padEnd(13)} ${job.status.padEnd(9)} result=${JSON.stringify(job.result)} error=${job.error}`)
+  let last = ''
+  for (;;) {
+    const [plan, imported] = [await runner.get(planId), await runner.get(importId)]
+    const line = JSON.stringify([plan, imported])
+    if (line !== last) {
+      show(plan)
+      show(imported)
+      last = line
+    }
+    if (plan.status !== 'queued' && plan.status !== 'running' && imported.status !== 'queued' && imported.status !== 'running') break
+    await new Promise((resolve) => setTimeout(resolve, 10))
+  }
+}
+
+if (import.meta.url === `file://${process.argv[1]}`) await main()

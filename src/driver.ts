@@ -1,0 +1,87 @@
+import type { JobStatus } from './job.js'
+
+/**
+ * The seam between the runner and a database. The runner never issues SQL;
+ * a driver does, one method per operation, each taking one params object.
+ * A driver maps its database's errors to DatabaseError (with `transient`
+ * set) and its rows to these types. Where databases differ, the driver
+ * says so through `capabilities`; the runner never asks which database it
+ * is on.
+ *
+ * `Tx` is the type of the user's own transaction handle that
+ * `jobInsertTx` writes through; `TxSync` says whether that write is
+ * synchronous (SQLite through better-sqlite3, whose transactions must not
+ * await) or returns a promise (PostgreSQL).
+ */
+export interface Driver<Tx = unknown, TxSync extends boolean = boolean> {
+  /** A short name for logs and errors, e.g. `sqlite`. */
+  readonly name: string
+  readonly capabilities: DriverCapabilities<TxSync>
+
+  /** Stores queued jobs, all in one transaction. */
+  jobInsertMany(params: { jobs: readonly NewJob[]; now: number }): Promise<void>
+  /** Stores queued jobs through the caller's own transaction handle. */
+  jobInsertTx(params: { tx: Tx; jobs: readonly NewJob[]; now: number }): TxSync extends true ? void : Promise<void>
+  /**
+   * Marks up to `limit` of the oldest queued jobs (insertion order) running
+   * under a new claim by `runnerId`, and returns them oldest first. Each
+   * queued job is claimed by exactly one call, whatever runs concurrently.
+   */
+  jobClaim(params: { limit: number; runnerId: string; now: number }): Promise<ClaimedJob[]>
+  /** Replaces a running job's result; false when the job is not running under that claim. */
+  jobPublish(params: { id: string; attempt: number; result: string; now: number }): Promise<boolean>
+  /**
+   * Makes final writes, all in one transaction; for each, true when it
+   * applied, false when its job was not running under that claim. `signal`
+   * bounds the attempt: a driver that can cancel a statement does so.
+   */
+  jobFinishMany(params: { finishes: readonly JobFinish[]; now: number; signal?: AbortSignal }): Promise<boolean[]>
+  /** Fails every running job left behind by a runner that is gone, with `error`; returns how many. */
+  jobFailInterrupted(params: { runnerId: string; error: string; now: number }): Promise<number>
+  /** Reads one job through the reading connection. */
+  jobGet(params: { id: string }): Promise<JobRow | undefined>
+  /** Closes the connections the driver opened itself; a database handed in by the user stays open. */
+  close(): Promise<void>
+}
+
+/** What a driver can do; the runner adapts to these, never to the driver's name. */
+export interface DriverCapabilities<TxSync extends boolean = boolean> {
+  /** Whether `jobInsertTx` completes synchronously inside the caller's transaction. */
+  readonly txSync: TxSync
+}
+
+/** A job to insert, already validated and encoded. */
+export interface NewJob {
+  readonly id: string
+  readonly kind: string
+  /** The payload as JSON text. */
+  readonly payload: string
+}
+
+/** A job a runner has claimed: the claim is identified by `attempt`. */
+export interface ClaimedJob {
+  readonly id: string
+  readonly kind: string
+  readonly payload: string
+  /** Incremented by every claim; every later write is fenced on it. */
+  readonly attempt: number
+}
+
+/** The final write of a claimed job. */
+export interface JobFinish {
+  readonly id: string
+  readonly attempt: number
+  readonly status: Extract<JobStatus, 'succeeded' | 'failed'>
+  /** The public result as JSON text: set on success, kept from the last partial result on failure when null. */
+  readonly result: string | null
+  readonly error: string | null
+}
+
+/** A job as stored, with its result still JSON text. */
+export interface JobRow {
+  readonly id: string
+  readonly kind: string
+  readonly status: JobStatus
+  readonly result: string | null
+  readonly error: string | null
+}

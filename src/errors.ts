@@ -1,0 +1,132 @@
+/**
+ * Every error jobtable throws is a JobtableError with a stable `code`, so
+ * callers branch on the code rather than on message text. Messages name
+ * the kind, the field path or the database error code; they never quote a
+ * payload, a result, or a handler's error text.
+ */
+export class JobtableError extends Error {
+  /** A stable, machine-readable code, such as `unknown_kind`. */
+  readonly code: string
+
+  constructor(code: string, message: string) {
+    super(message)
+    this.code = code
+    this.name = new.target.name
+  }
+}
+
+/** Construction options were missing or invalid. */
+export class ConfigError extends JobtableError {
+  constructor(message: string) {
+    super('invalid_config', `jobtable: ${message}`)
+  }
+}
+
+/** A kind could not be registered: an empty kind, a missing handler, a duplicate, a bad failure code. */
+export class RegistrationError extends JobtableError {
+  constructor(kind: string, message: string) {
+    super('invalid_registration', `jobtable: register ${JSON.stringify(kind)}: ${message}`)
+  }
+}
+
+/** The runner was used in a state that does not allow it: a second start, a registration after start. */
+export class RunnerStateError extends JobtableError {
+  constructor(message: string) {
+    super('invalid_state', `jobtable: ${message}`)
+  }
+}
+
+/** Enqueue named a kind that has no registered handler. Nothing was stored. */
+export class UnknownKindError extends JobtableError {
+  /** The kind that is not registered. */
+  readonly kind: string
+  constructor(kind: string) {
+    super('unknown_kind', `jobtable: unknown job kind ${JSON.stringify(kind)}`)
+    this.kind = kind
+  }
+}
+
+/** One reason a payload was refused: where in the payload, and what is wrong there (never the value). */
+export interface PayloadIssue {
+  /** Dotted path of the failing field; empty for the payload itself. */
+  readonly path: string
+  /** What the schema expected, in the validator's words or jobtable's own. */
+  readonly message: string
+}
+
+/** A payload does not fit its kind's schema, or is not JSON. Nothing was stored. */
+export class InvalidPayloadError extends JobtableError {
+  /** Which fields failed. Paths only, never values. */
+  readonly issues: readonly PayloadIssue[]
+  readonly kind: string
+  constructor(kind: string, issues: readonly PayloadIssue[]) {
+    const where = issues.map((i) => i.path || '(payload)').join(', ')
+    super('invalid_payload', `jobtable: payload of ${JSON.stringify(kind)} does not fit its schema at ${where}`)
+    this.kind = kind
+    this.issues = issues
+  }
+}
+
+/** No job has the id asked for. */
+export class JobNotFoundError extends JobtableError {
+  constructor() {
+    super('not_found', 'jobtable: job not found')
+  }
+}
+
+/** A write was refused because the job is no longer running under this worker's claim. */
+export class JobNotRunningError extends JobtableError {
+  constructor(what: string) {
+    super('job_not_running', `jobtable: ${what}: the job is not running`)
+  }
+}
+
+/** A partial or final result could not be made into one JSON value by its kind's projection. */
+export class ResultNotPublicError extends JobtableError {
+  constructor() {
+    super('result_not_public', 'jobtable: result has no valid public JSON')
+  }
+}
+
+/**
+ * A database operation failed. `transient` says whether trying again can
+ * succeed (a busy lock, a dropped connection) or never will (a corrupt file,
+ * a value the column refuses). The message carries the database's error
+ * code only: database messages can quote the values being written.
+ */
+export class DatabaseError extends JobtableError {
+  /** The database's own error code, e.g. `SQLITE_BUSY` or a PostgreSQL SQLSTATE. */
+  readonly dbCode: string
+  /** Whether retrying the same operation can succeed. */
+  readonly transient: boolean
+  constructor(operation: string, dbCode: string, transient: boolean) {
+    super('database_error', `jobtable: ${operation}: database error ${dbCode}`)
+    this.dbCode = dbCode
+    this.transient = transient
+  }
+}
+
+/** The database was made by a newer jobtable than this one; it is left untouched. */
+export class SchemaVersionError extends JobtableError {
+  constructor(found: number, supported: number) {
+    super(
+      'schema_too_new',
+      `jobtable: the database has schema version ${found}, newer than the ${supported} this jobtable knows; upgrade jobtable`,
+    )
+  }
+}
+
+/**
+ * Thrown by a handler to fail its job with a code the household may see.
+ * The code must be one the kind declared at registration; any other code
+ * fails the job with `internal_error`. It carries no message of its own:
+ * only the code is ever stored.
+ */
+export class JobFailure extends Error {
+  readonly code: string
+  constructor(code: string) {
+    super(`jobtable: failure ${code}`)
+    this.code = code
+    this.name = 'JobFailure'
+  }
+}

@@ -1,0 +1,39 @@
+/**
+ * jobtable: durable background jobs in which a database table is the
+ * queue. Import a driver from `jobtable/sqlite` (or `jobtable/postgres`)
+ * and hand it to a Runner.
+ */
+export { Runner, jobStartChannel, jobEndChannel, claimErrorChannel } from './runner/runner.js'
+export type { RunnerOptions, Kind, TxOf, TxResult, JobEvent } from './runner/runner.js'
+export type { JobContext, KindDefinition } from './kind.js'
+export type { Logger } from './logger.js'
+export type { Driver, DriverCapabilities, NewJob, ClaimedJob, JobFinish, JobRow } from './driver.js'
+export {
+  type Job,
+  type JobStatus,
+  type JsonValue,
+  JOB_STATUSES,
+  CODE_INTERNAL,
+  CODE_INTERRUPTED,
+  CODE_UNKNOWN_KIND,
+  FAILURE_CODE_PATTERN,
+  FINAL_WRITE_TIMEOUT_MS,
+  RETRY_MIN_MS,
+  RETRY_MAX_MS,
+  finalWriteSignal,
+} from './job.js'
+export {
+  JobtableError,
+  ConfigError,
+  RegistrationError,
+  RunnerStateError,
+  UnknownKindError,
+  InvalidPayloadError,
+  JobNotFoundError,
+  JobNotRunningError,
+  ResultNotPublicError,
+  DatabaseError,
+  SchemaVersionError,
+  JobFailure,
+  type PayloadIssue,
+} from './errors.js'

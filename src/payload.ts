@@ -1,0 +1,93 @@
+import type { StandardSchemaV1 } from '@standard-schema/spec'
+import { InvalidPayloadError, type PayloadIssue } from './errors.js'
+
+/**
+ * Validation of payloads through a Standard Schema (zod, valibot, arktype
+ * and others implement it), so users keep the validator they know.
+ *
+ * A payload is validated as the JSON it will be stored as, not as the
+ * value handed in: the handler receives what a JSON round trip gives, so a
+ * Date or an undefined field is judged as it will arrive. A field present
+ * in the input but absent from the validated value is refused as unknown,
+ * so a schema that strips unknown keys (zod's default) still refuses them,
+ * as the reference design's DisallowUnknownFields does.
+ */
+
+type Validation<T> = StandardSchemaV1.Result<T> | Promise<StandardSchemaV1.Result<T>>
+
+/** Encodes and validates a payload, returning its JSON text; throws InvalidPayloadError. */
+export function encodePayload(kind: string, schema: StandardSchemaV1, payload: unknown): string | Promise<string> {
+  const { text, value } = toJson(kind, payload)
+  const checked = schema['~standard'].validate(value)
+  if (checked instanceof Promise) return checked.then((r) => accept(kind, value, r, text))
+  return accept(kind, value, checked, text)
+}
+
+/** As encodePayload, for a caller that cannot await (a synchronous transaction). */
+export function encodePayloadSync(kind: string, schema: StandardSchemaV1, payload: unknown): string {
+  const encoded = encodePayload(kind, schema, payload)
+  if (typeof encoded !== 'string') {
+    throw new InvalidPayloadError(kind, [
+      { path: '', message: 'the schema validates asynchronously, which a synchronous transaction cannot wait for' },
+    ])
+  }
+  return encoded
+}
+
+/** Decodes a stored payload and validates it again; undefined when it no longer fits. */
+export async function decodePayload(schema: StandardSchemaV1, text: string): Promise<{ value: unknown } | undefined> {
+  let value: unknown
+  try {
+    value = JSON.parse(text)
+  } catch {
+    return undefined
+  }
+  const result = await (schema['~standard'].validate(value) as Validation<unknown>)
+  if (result.issues || unknownField(value, result.value, []) !== undefined) return undefined
+  return { value: result.value }
+}
+
+function toJson(kind: string, payload: unknown): { text: string; value: unknown } {
+  let text: string | undefined
+  try {
+    text = JSON.stringify(payload)
+  } catch {
+    text = undefined // a BigInt or a cycle: not JSON
+  }
+  if (text === undefined) throw new InvalidPayloadError(kind, [{ path: '', message: 'payload is not JSON' }])
+  return { text, value: JSON.parse(text) as unknown }
+}
+
+function accept(kind: string, input: unknown, result: StandardSchemaV1.Result<unknown>, text: string): string {
+  if (result.issues) throw new InvalidPayloadError(kind, result.issues.map(toIssue))
+  const unknown = unknownField(input, result.value, [])
+  if (unknown !== undefined) throw new InvalidPayloadError(kind, [{ path: unknown, message: 'unknown field' }])
+  return text
+}
+
+function toIssue(issue: StandardSchemaV1.Issue): PayloadIssue {
+  const path = (issue.path ?? []).map((p) => String(typeof p === 'object' ? p.key : p)).join('.')
+  return { path, message: issue.message }
+}
+
+/** The dotted path of the first field of input that output dropped, if any. */
+function unknownField(input: unknown, output: unknown, path: string[]): string | undefined {
+  if (Array.isArray(input) && Array.isArray(output) && input.length === output.length) {
+    for (let i = 0; i < input.length; i++) {
+      const found = unknownField(input[i], output[i], [...path, String(i)])
+      if (found !== undefined) return found
+    }
+    return undefined
+  }
+  if (!isRecord(input) || !isRecord(output)) return undefined
+  for (const key of Object.keys(input)) {
+    if (!(key in output)) return [...path, key].join('.')
+    const found = unknownField(input[key], output[key], [...path, key])
+    if (found !== undefined) return found
+  }
+  return undefined
+}
+
+function isRecord(v: unknown): v is Record<string, unknown> {
+  return typeof v === 'object' && v !== null && !Array.isArray(v)
+}

@@ -1,0 +1,51 @@
+/**
+ * Collects the items added during one turn of the event loop and hands
+ * them to `process` together, one batch at a time. This is how concurrent
+ * enqueues share a transaction and how finished jobs are group-committed:
+ * each caller still waits for the write that holds its own item, so the
+ * batching is invisible to it. Items added while a batch is being written
+ * form the next batch.
+ */
+export class Batcher<T> {
+  readonly #process: (items: T[]) => Promise<void>
+  readonly #maxBatch: number
+  #queue: { item: T; resolve: () => void; reject: (err: unknown) => void }[] = []
+  #running = false
+  #idle: (() => void)[] = []
+
+  constructor(process: (items: T[]) => Promise<void>, maxBatch = 1000) {
+    this.#process = process
+    this.#maxBatch = maxBatch
+  }
+
+  /** Resolves once the batch holding item is written; rejects with the batch's error. */
+  add(item: T): Promise<void> {
+    return new Promise((resolve, reject) => {
+      this.#queue.push({ item, resolve, reject })
+      if (!this.#running) {
+        this.#running = true
+        setImmediate(() => void this.#drain())
+      }
+    })
+  }
+
+  /** Resolves when every item added so far has been written or refused. */
+  idle(): Promise<void> {
+    if (!this.#running) return Promise.resolve()
+    return new Promise((resolve) => this.#idle.push(resolve))
+  }
+
+  async #drain(): Promise<void> {
+    while (this.#queue.length > 0) {
+      const batch = this.#queue.splice(0, this.#maxBatch)
+      try {
+        await this.#process(batch.map((b) => b.item))
+        for (const b of batch) b.resolve()
+      } catch (err) {
+        for (const b of batch) b.reject(err)
+      }
+    }
+    this.#running = false
+    for (const resolve of this.#idle.splice(0)) resolve()
+  }
+}

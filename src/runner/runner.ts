@@ -1,0 +1,364 @@
+import { randomUUID } from 'node:crypto'
+import diagnostics from 'node:diagnostics_channel'
+import type { StandardSchemaV1 } from '@standard-schema/spec'
+import type { ClaimedJob, Driver, NewJob } from '../driver.js'
+import {
+  ConfigError,
+  JobFailure,
+  JobNotFoundError,
+  JobNotRunningError,
+  RegistrationError,
+  RunnerStateError,
+  UnknownKindError,
+} from '../errors.js'
+import { CODE_INTERNAL, CODE_INTERRUPTED, CODE_UNKNOWN_KIND, finalWriteSignal, type Job, type JsonValue } from '../job.js'
+import { type JobContext, type KindDefinition, RegisteredKind } from '../kind.js'
+import { defaultLogger, type Logger } from '../logger.js'
+import { encodePayload, encodePayloadSync } from '../payload.js'
+import { Backoff, errorCode, isTransient, sleep } from './backoff.js'
+import { Batcher } from './batcher.js'
+import { Finisher } from './finisher.js'
+
+/** The handle of a user's own transaction for a driver `D`. */
+export type TxOf<D> = D extends Driver<infer Tx, boolean> ? Tx : never
+/** What a transactional enqueue returns on driver `D`: the value itself where the driver writes synchronously. */
+export type TxResult<D, T> = D extends Driver<unknown, true> ? T : Promise<T>
+
+/** Options of a Runner. Each default is given beside its field. */
+export interface RunnerOptions<D extends Driver> {
+  /** The database: `sqlite({ path })` from `jobtable/sqlite`. Required. */
+  readonly driver: D
+  /** How many jobs run at once in this process: an integer >= 1. Default 10. */
+  readonly workers?: number
+  /** Where log lines go; pino satisfies the interface. Default: pino at level info on standard output. */
+  readonly logger?: Logger
+  /** The current time in milliseconds, passed to every query. Default Date.now; tests replace it. */
+  readonly clock?: () => number
+}
+
+/** Enqueues jobs of one registered kind; `In` is its payload schema's input type. */
+export interface Kind<In, D extends Driver = Driver> {
+  readonly name: string
+  /** Stores a queued job and wakes an idle worker; resolves to its id once it is durable. */
+  enqueue(payload: In): Promise<string>
+  /** Stores many queued jobs in one transaction; resolves to their ids in order. */
+  enqueueMany(payloads: readonly In[]): Promise<string[]>
+  /**
+   * Stores a queued job through the caller's own transaction, so it exists
+   * exactly when what else that transaction writes does. Call `wake()` once
+   * the transaction has committed so an idle worker takes it at once.
+   */
+  enqueueTx(tx: TxOf<D>, payload: In): TxResult<D, string>
+  /** Tells an idle worker to look for a job, as enqueue does itself. */
+  wake(): void
+}
+
+/** Messages published on diagnostics channels; none carries a payload, a result or an error's text. */
+export interface JobEvent {
+  readonly runnerId: string
+  readonly jobId: string
+  readonly kind: string
+}
+/** Published when a handler starts: `{ runnerId, jobId, kind }`. */
+export const jobStartChannel = diagnostics.channel('jobtable:job:start')
+/** Published when a job's final write has landed or been given up: `{ runnerId, jobId, kind, status, error }`. */
+export const jobEndChannel = diagnostics.channel('jobtable:job:end')
+/** Published when a claim fails: `{ runnerId, error, transient }`. */
+export const claimErrorChannel = diagnostics.channel('jobtable:claim:error')
+
+type State = 'new' | 'started' | 'stopping' | 'stopped'
+
+/**
+ * Owns the job kinds and a fixed pool of workers that claim queued jobs
+ * oldest first and run them. Register every kind, then `start()`; `stop()`
+ * aborts every handler's signal, waits for the workers and their final
+ * writes; `close()` also closes the driver. `await using` closes it.
+ */
+export class Runner<D extends Driver = Driver> {
+  /** This runner's per-boot identity, recorded on each job it claims. */
+  readonly id: string = randomUUID()
+  readonly #driver: D
+  readonly #logger: Logger
+  readonly #workers: number
+  readonly #clock: () => number
+  readonly #kinds = new Map<string, RegisteredKind>()
+  readonly #stopping = new AbortController()
+  readonly #finisher: Finisher
+  readonly #inserter: Batcher<NewJob>
+  #state: State = 'new'
+  #idleWorkers: number
+  /** Set when a claim may find work: a wake, a worker freed, a retry due. */
+  #kicked = true
+  #kick: (() => void) | undefined
+  #loop: Promise<void> | undefined
+  readonly #running = new Set<Promise<void>>()
+  #fatal: unknown
+  #stopped: Promise<void> | undefined
+
+  constructor(options: RunnerOptions<D>) {
+    if (options === null || typeof options !== 'object') throw new ConfigError('options are required')
+    const { driver, workers = 10, logger, clock = Date.now } = options
+    if (driver === null || typeof driver !== 'object' || typeof driver.jobClaim !== 'function') {
+      throw new ConfigError('a driver is required, e.g. sqlite({ path }) from jobtable/sqlite')
+    }
+    if (typeof workers !== 'number' || !Number.isInteger(workers) || workers < 1) {
+      throw new ConfigError(`workers must be an integer >= 1, got ${typeof workers === 'number' ? workers : typeof workers}`)
+    }
+    if (logger !== undefined && (logger === null || typeof logger.error !== 'function')) {
+      throw new ConfigError('logger must have debug, info, warn and error methods (pino does)')
+    }
+    if (typeof clock !== 'function') throw new ConfigError('clock must be a function returning milliseconds')
+    this.#driver = driver
+    this.#workers = workers
+    this.#idleWorkers = workers
+    this.#logger = logger ?? defaultLogger()
+    this.#clock = clock
+    this.#finisher = new Finisher(driver, this.#logger, clock, this.#stopping.signal)
+    this.#inserter = new Batcher((jobs) => this.#driver.jobInsertMany({ jobs, now: this.#clock() }))
+  }
+
+  /** The driver this runner uses. */
+  get driver(): D {
+    return this.#driver
+  }
+
+  /**
+   * Makes `definition` the handler of `kind` and returns the typed handle
+   * that enqueues its jobs. One registration per kind, before start.
+   */
+  register<S extends StandardSchemaV1, R, const Code extends string = never>(
+    kind: string,
+    definition: KindDefinition<S, R, Code>,
+  ): Kind<StandardSchemaV1.InferInput<S>, D> {
+    const registered = new RegisteredKind(kind, definition as unknown as KindDefinition<StandardSchemaV1, unknown, string>)
+    if (this.#state !== 'new') throw new RunnerStateError(`register ${JSON.stringify(kind)}: the runner has already started`)
+    if (this.#kinds.has(kind)) throw new RegistrationError(kind, 'kind already registered')
+    this.#kinds.set(kind, registered)
+    return this.#handle(registered)
+  }
+
+  /**
+   * Stores a queued job of a kind known only at run time, with its payload
+   * as parsed JSON. Rejects with UnknownKindError or InvalidPayloadError,
+   * storing nothing.
+   */
+  async enqueue(kind: string, payload: unknown): Promise<string> {
+    const registered = this.#kinds.get(kind)
+    if (registered === undefined) throw new UnknownKindError(kind)
+    return this.#insert(kind, await encodePayload(kind, registered.schema, payload))
+  }
+
+  /** Tells an idle worker to look for a queued job: call it after committing a transactional enqueue. */
+  wake(): void {
+    this.#kicked = true
+    this.#kick?.()
+  }
+
+  /**
+   * Fails every job a previous process left running with `interrupted by
+   * restart`, logging how many, then starts the workers. A second start is
+   * refused.
+   */
+  async start(): Promise<void> {
+    if (this.#state !== 'new') throw new RunnerStateError('the runner has already started')
+    this.#state = 'started'
+    let failed: number
+    try {
+      failed = await this.#driver.jobFailInterrupted({ runnerId: this.id, error: CODE_INTERRUPTED, now: this.#clock() })
+    } catch (err) {
+      this.#state = 'new' // nothing ran: start may be tried again
+      throw err
+    }
+    if (failed > 0) this.#logger.warn({ count: failed }, 'failed jobs interrupted by restart')
+    this.#loop = this.#claimLoop()
+  }
+
+  /**
+   * Stops the workers: aborts every handler's signal, stops claiming, and
+   * resolves once every worker has stopped and its final write has landed
+   * or been given up. Idempotent.
+   */
+  stop(): Promise<void> {
+    this.#stopped ??= this.#stop()
+    return this.#stopped
+  }
+
+  /**
+   * Resolves when the workers have stopped; rejects with the database error
+   * when they stopped because claiming failed with an error that can never
+   * succeed.
+   */
+  async wait(): Promise<void> {
+    await this.#loop
+    await Promise.all(this.#running)
+    if (this.#fatal !== undefined) throw this.#fatal
+  }
+
+  /** Stops the runner, then closes the driver. */
+  async close(): Promise<void> {
+    await this.stop()
+    await this.#driver.close()
+  }
+
+  async [Symbol.asyncDispose](): Promise<void> {
+    await this.close()
+  }
+
+  /** Returns the job with `id` through the reading connection, or rejects with JobNotFoundError. */
+  async get(id: string): Promise<Job> {
+    const row = typeof id === 'string' ? await this.#driver.jobGet({ id }) : undefined
+    if (row === undefined) throw new JobNotFoundError()
+    return {
+      id: row.id,
+      kind: row.kind,
+      status: row.status,
+      result: row.result === null ? null : (JSON.parse(row.result) as JsonValue),
+      error: row.error,
+    }
+  }
+
+  #handle<In>(registered: RegisteredKind): Kind<In, D> {
+    const { name, schema } = registered
+    const driver = this.#driver
+    return {
+      name,
+      enqueue: async (payload) => this.#insert(name, await encodePayload(name, schema, payload)),
+      enqueueMany: async (payloads) => {
+        const jobs = await Promise.all(payloads.map(async (p) => ({ id: randomUUID(), kind: name, payload: await encodePayload(name, schema, p) })))
+        await this.#driver.jobInsertMany({ jobs, now: this.#clock() })
+        this.wake()
+        return jobs.map((j) => j.id)
+      },
+      enqueueTx: ((tx: TxOf<D>, payload: In) => {
+        if (driver.capabilities.txSync) {
+          const job = { id: randomUUID(), kind: name, payload: encodePayloadSync(name, schema, payload) }
+          driver.jobInsertTx({ tx, jobs: [job], now: this.#clock() })
+          return job.id
+        }
+        return (async () => {
+          const job = { id: randomUUID(), kind: name, payload: await encodePayload(name, schema, payload) }
+          await driver.jobInsertTx({ tx, jobs: [job], now: this.#clock() })
+          return job.id
+        })()
+      }) as Kind<In, D>['enqueueTx'],
+      wake: () => this.wake(),
+    }
+  }
+
+  async #insert(kind: string, payload: string): Promise<string> {
+    const id = randomUUID()
+    await this.#inserter.add({ id, kind, payload })
+    this.wake()
+    return id
+  }
+
+  async #stop(): Promise<void> {
+    if (this.#state === 'new') {
+      this.#state = 'stopped'
+      return
+    }
+    this.#state = 'stopping'
+    this.#stopping.abort()
+    this.#kick?.()
+    await this.#loop
+    await Promise.all(this.#running)
+    await this.#finisher.idle()
+    this.#state = 'stopped'
+  }
+
+  /**
+   * Claims queued jobs for every idle worker in one statement and starts
+   * them, then sleeps until a wake, a freed worker or a due retry. An idle
+   * runner makes no queries. A transient claim error is retried with
+   * backoff, so a job queued during an outage runs when it clears without
+   * a new wake; a permanent one stops the runner (see wait()).
+   */
+  async #claimLoop(): Promise<void> {
+    const backoff = new Backoff()
+    while (!this.#stopping.signal.aborted) {
+      if (!this.#kicked || this.#idleWorkers === 0) {
+        await new Promise<void>((resolve) => (this.#kick = resolve))
+        this.#kick = undefined
+        continue
+      }
+      this.#kicked = false
+      let jobs: ClaimedJob[]
+      try {
+        jobs = await this.#driver.jobClaim({ limit: this.#idleWorkers, runnerId: this.id, now: this.#clock() })
+        backoff.reset()
+      } catch (err) {
+        if (this.#stopping.signal.aborted) break
+        const transient = isTransient(err)
+        if (claimErrorChannel.hasSubscribers) claimErrorChannel.publish({ runnerId: this.id, error: errorCode(err), transient })
+        if (!transient) {
+          this.#logger.error({ error: errorCode(err) }, 'claim jobs failed with an error that cannot succeed; the runner stops')
+          this.#fatal = err
+          void this.stop()
+          break
+        }
+        const delay = backoff.next()
+        this.#logger.error({ error: errorCode(err), retry_in_ms: delay }, 'claim jobs failed; retrying')
+        await sleep(delay, this.#stopping.signal)
+        this.#kicked = true
+        continue
+      }
+      for (const job of jobs) {
+        this.#idleWorkers--
+        const run = this.#run(job).finally(() => {
+          this.#running.delete(run)
+          this.#idleWorkers++
+          this.wake()
+        })
+        this.#running.add(run)
+      }
+    }
+  }
+
+  /** Runs one claimed job to completion and makes its final write. */
+  async #run(job: ClaimedJob): Promise<void> {
+    const fields = { job_id: job.id, kind: job.kind }
+    const kind = this.#kinds.get(job.kind)
+    if (jobStartChannel.hasSubscribers) jobStartChannel.publish({ runnerId: this.id, jobId: job.id, kind: job.kind })
+    if (kind === undefined) {
+      this.#logger.error({ ...fields, code: CODE_UNKNOWN_KIND }, 'job failed: no handler is registered for its kind')
+      return this.#finish(job, null, CODE_UNKNOWN_KIND)
+    }
+    let settled = false
+    const ctx: JobContext<unknown> = {
+      id: job.id,
+      kind: job.kind,
+      signal: this.#stopping.signal,
+      publish: async (partial) => {
+        if (settled) throw new JobNotRunningError('publish result')
+        const result = kind.project(partial)
+        const applied = await this.#driver.jobPublish({ id: job.id, attempt: job.attempt, result, now: this.#clock() })
+        if (!applied) throw new JobNotRunningError('publish result')
+      },
+      fail: (code) => {
+        throw new JobFailure(code)
+      },
+      finalWriteSignal,
+    }
+    const outcome = await kind.run(job.payload, ctx)
+    settled = true
+    if ('result' in outcome) {
+      this.#logger.debug(fields, 'job succeeded')
+      return this.#finish(job, outcome.result, null)
+    }
+    if (this.#stopping.signal.aborted) {
+      this.#logger.warn(fields, 'job interrupted by shutdown; it fails at the next start')
+      return
+    }
+    if (outcome.code === CODE_INTERNAL) this.#logger.error({ ...fields, code: outcome.code, reason: outcome.reason }, 'job failed')
+    else this.#logger.info({ ...fields, code: outcome.code, reason: outcome.reason }, 'job failed')
+    return this.#finish(job, null, outcome.code)
+  }
+
+  async #finish(job: ClaimedJob, result: string | null, error: string | null): Promise<void> {
+    const status = error === null ? 'succeeded' : 'failed'
+    await this.#finisher.finish({ id: job.id, attempt: job.attempt, status, result, error }, job.kind)
+    if (jobEndChannel.hasSubscribers) {
+      jobEndChannel.publish({ runnerId: this.id, jobId: job.id, kind: job.kind, status, error })
+    }
+  }
+}

@@ -1,0 +1,174 @@
+import Database from 'better-sqlite3'
+import type { ClaimedJob, Driver, DriverCapabilities, JobFinish, JobRow, NewJob } from '../driver.js'
+import { ConfigError, DatabaseError } from '../errors.js'
+import { migrate } from './migrations.js'
+import * as sql from './queries.js'
+
+/** Options of the SQLite driver. Give `path` or `database`, not both. */
+export interface SqliteOptions {
+  /** The database file; created when missing. */
+  readonly path?: string
+  /**
+   * The application's own better-sqlite3 database, so jobs live in its file
+   * and can be enqueued in its transactions. jobtable switches it to WAL,
+   * sets its busy timeout and leaves it open on close.
+   */
+  readonly database?: Database.Database
+  /**
+   * `normal` (default for a file jobtable opens): in WAL mode, an
+   * acknowledged enqueue survives a killed process but may be lost with
+   * the last transactions if the machine itself loses power. `full`: it
+   * survives power loss too, at the cost of an fsync per commit. A
+   * database handed in keeps its own setting unless this is given.
+   */
+  readonly synchronous?: 'normal' | 'full'
+  /**
+   * How long a statement waits for another connection's write lock before
+   * failing with SQLITE_BUSY, which the runner retries with backoff.
+   * Default 20 ms: better-sqlite3 waits synchronously, blocking the event
+   * loop, so a long wait would stall every handler in the process.
+   */
+  readonly busyTimeoutMs?: number
+}
+
+const SYNCHRONOUS = { normal: 'NORMAL', full: 'FULL' } as const
+
+/**
+ * SQLite error codes that can clear by themselves: another connection's
+ * lock, a full disk, a passing I/O error. Anything else (a corrupt file, a
+ * read-only database, a constraint, a value too big) will fail again.
+ */
+const TRANSIENT = /^SQLITE_(BUSY|LOCKED|IOERR|FULL|NOMEM|PROTOCOL|INTERRUPT)/
+
+/**
+ * Makes the SQLite driver: one writing connection and one reading
+ * connection in WAL mode, so reads never wait for a write. Opening applies
+ * any missing migrations and refuses a database made by a newer jobtable.
+ */
+export function sqlite(options: SqliteOptions): SqliteDriver {
+  return new SqliteDriver(options)
+}
+
+/** The embedded default driver, over better-sqlite3. */
+export class SqliteDriver implements Driver<Database.Database, true> {
+  readonly name = 'sqlite'
+  readonly capabilities: DriverCapabilities<true> = { txSync: true }
+  readonly #writer: Database.Database
+  readonly #reader: Database.Database
+  readonly #ownsWriter: boolean
+  readonly #insert: Database.Statement
+  readonly #claim: Database.Statement
+  readonly #publish: Database.Statement
+  readonly #finish: Database.Statement
+  readonly #failInterrupted: Database.Statement
+  readonly #get: Database.Statement
+  readonly #insertOnTx = new WeakMap<Database.Database, Database.Statement>()
+  readonly #insertMany: (jobs: readonly NewJob[], now: number) => void
+  readonly #finishMany: (finishes: readonly JobFinish[], now: number) => boolean[]
+  #closed = false
+
+  constructor(options: SqliteOptions) {
+    if (options === null || typeof options !== 'object') throw new ConfigError('sqlite: options are required')
+    const { path, database, synchronous, busyTimeoutMs = 20 } = options
+    if ((path === undefined) === (database === undefined)) {
+      throw new ConfigError('sqlite: give either path (a database file) or database (a better-sqlite3 Database)')
+    }
+    if (path !== undefined && (typeof path !== 'string' || path === '')) throw new ConfigError('sqlite: path must be a non-empty string')
+    if (database !== undefined && !(database instanceof Database)) throw new ConfigError('sqlite: database must be a better-sqlite3 Database')
+    if (synchronous !== undefined && !(synchronous in SYNCHRONOUS)) throw new ConfigError("sqlite: synchronous must be 'normal' or 'full'")
+    if (!Number.isInteger(busyTimeoutMs) || busyTimeoutMs < 0) throw new ConfigError('sqlite: busyTimeoutMs must be an integer >= 0')
+
+    this.#ownsWriter = database === undefined
+    this.#writer = database ?? new Database(path as string)
+    try {
+      this.#writer.pragma('journal_mode = WAL')
+      if (synchronous !== undefined || this.#ownsWriter) this.#writer.pragma(`synchronous = ${SYNCHRONOUS[synchronous ?? 'normal']}`)
+      // Migrating may wait for another process's migration: give it longer than a statement.
+      this.#writer.pragma('busy_timeout = 5000')
+      migrate(this.#writer)
+      this.#writer.pragma(`busy_timeout = ${busyTimeoutMs}`)
+      this.#reader = this.#writer.memory ? this.#writer : new Database(this.#writer.name, { readonly: true, fileMustExist: true })
+      this.#reader.pragma(`busy_timeout = ${busyTimeoutMs}`)
+    } catch (err) {
+      if (this.#ownsWriter) this.#writer.close()
+      throw err
+    }
+    this.#insert = this.#writer.prepare(sql.insertJob)
+    this.#claim = this.#writer.prepare(sql.claimJobs)
+    this.#publish = this.#writer.prepare(sql.publishResult)
+    this.#finish = this.#writer.prepare(sql.finishJob)
+    this.#failInterrupted = this.#writer.prepare(sql.failInterrupted)
+    this.#get = this.#reader.prepare(sql.getJob)
+    this.#insertOnTx.set(this.#writer, this.#insert)
+    this.#insertMany = this.#writer.transaction((jobs: readonly NewJob[], now: number) => {
+      for (const job of jobs) this.#insert.run({ ...job, now })
+    }).immediate
+    this.#finishMany = this.#writer.transaction((finishes: readonly JobFinish[], now: number) =>
+      finishes.map((f) => this.#finish.run({ ...f, now }).changes === 1),
+    ).immediate
+  }
+
+  /** The writing connection: the database handed in, or the one jobtable opened. */
+  get database(): Database.Database {
+    return this.#writer
+  }
+
+  async jobInsertMany({ jobs, now }: { jobs: readonly NewJob[]; now: number }): Promise<void> {
+    run('insert jobs', () => this.#insertMany(jobs, now))
+  }
+
+  jobInsertTx({ tx, jobs, now }: { tx: Database.Database; jobs: readonly NewJob[]; now: number }): void {
+    if (!(tx instanceof Database)) throw new ConfigError('sqlite: enqueueTx needs the better-sqlite3 Database the transaction runs on')
+    let insert = this.#insertOnTx.get(tx)
+    if (insert === undefined) {
+      insert = tx.prepare(sql.insertJob)
+      this.#insertOnTx.set(tx, insert)
+    }
+    const statement = insert
+    run('insert job', () => {
+      for (const job of jobs) statement.run({ ...job, now })
+    })
+  }
+
+  async jobClaim({ limit, runnerId, now }: { limit: number; runnerId: string; now: number }): Promise<ClaimedJob[]> {
+    const rows = run('claim jobs', () => this.#claim.all({ limit, runnerId, now })) as (ClaimedJob & { seq: number })[]
+    // RETURNING gives no order; workers start oldest first.
+    return rows.sort((a, b) => a.seq - b.seq)
+  }
+
+  async jobPublish({ id, attempt, result, now }: { id: string; attempt: number; result: string; now: number }): Promise<boolean> {
+    return run('publish result', () => this.#publish.run({ id, attempt, result, now }).changes === 1)
+  }
+
+  async jobFinishMany({ finishes, now }: { finishes: readonly JobFinish[]; now: number }): Promise<boolean[]> {
+    return run('finish jobs', () => this.#finishMany(finishes, now))
+  }
+
+  async jobFailInterrupted({ error, now }: { runnerId: string; error: string; now: number }): Promise<number> {
+    return run('fail interrupted jobs', () => this.#failInterrupted.run({ error, now }).changes)
+  }
+
+  async jobGet({ id }: { id: string }): Promise<JobRow | undefined> {
+    return run('get job', () => this.#get.get(id)) as JobRow | undefined
+  }
+
+  async close(): Promise<void> {
+    if (this.#closed) return
+    this.#closed = true
+    if (this.#reader !== this.#writer) this.#reader.close()
+    if (this.#ownsWriter) this.#writer.close()
+  }
+}
+
+/** Runs a statement, turning a SQLite error into a DatabaseError that names its code, not its message. */
+function run<T>(operation: string, fn: () => T): T {
+  try {
+    return fn()
+  } catch (err) {
+    if (err instanceof Database.SqliteError) throw new DatabaseError(operation, err.code, TRANSIENT.test(err.code))
+    if (err instanceof TypeError && /database connection is not open/.test(err.message)) {
+      throw new DatabaseError(operation, 'closed', false)
+    }
+    throw err
+  }
+}

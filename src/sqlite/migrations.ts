@@ -1,0 +1,66 @@
+import type Database from 'better-sqlite3'
+import { SchemaVersionError } from '../errors.js'
+
+/**
+ * The schema, as numbered migrations applied in order on open. A database
+ * made by an older jobtable is migrated forward, never recreated; one made
+ * by a newer jobtable is refused. Versions are aligned with the other
+ * backends: version N means the same columns everywhere.
+ *
+ * Later work (scheduled jobs, priorities, retries, cancellation, an owner
+ * scope per job) adds columns by a new migration at the end of this list;
+ * an applied migration is never edited.
+ */
+export const MIGRATIONS: readonly { version: number; sql: string }[] = [
+  {
+    version: 1,
+    sql: `
+      -- seq is the claim order: insertion order, never a clock reading.
+      -- attempt counts claims; every write after a claim is fenced on it.
+      CREATE TABLE jobtable_jobs (
+        seq         INTEGER PRIMARY KEY,
+        id          TEXT    NOT NULL UNIQUE,
+        kind        TEXT    NOT NULL,
+        status      TEXT    NOT NULL DEFAULT 'queued'
+                    CHECK (status IN ('queued', 'running', 'succeeded', 'failed')),
+        payload     TEXT    NOT NULL,
+        result      TEXT,
+        error       TEXT,
+        attempt     INTEGER NOT NULL DEFAULT 0,
+        runner_id   TEXT,
+        created_at  INTEGER NOT NULL,
+        updated_at  INTEGER NOT NULL,
+        started_at  INTEGER,
+        finished_at INTEGER
+      ) STRICT;
+      -- Partial indexes keep a claim and the restart sweep fast however many
+      -- finished rows the table holds.
+      CREATE INDEX jobtable_jobs_queued ON jobtable_jobs (seq) WHERE status = 'queued';
+      CREATE INDEX jobtable_jobs_running ON jobtable_jobs (runner_id) WHERE status = 'running';
+    `,
+  },
+]
+
+/** The schema version this jobtable writes. */
+export const SCHEMA_VERSION = MIGRATIONS.length
+
+/**
+ * Applies the migrations `db` lacks, up to `target`, in one immediate
+ * transaction, so two processes opening one file at once migrate it
+ * exactly once: the second waits for the first's lock, then finds nothing
+ * to do.
+ */
+export function migrate(db: Database.Database, target = SCHEMA_VERSION): void {
+  db.transaction(() => {
+    db.exec('CREATE TABLE IF NOT EXISTS jobtable_migrations (version INTEGER PRIMARY KEY, applied_at INTEGER NOT NULL) STRICT')
+    const row = db.prepare('SELECT max(version) AS version FROM jobtable_migrations').get() as { version: number | null }
+    const current = row.version ?? 0
+    if (current > SCHEMA_VERSION) throw new SchemaVersionError(current, SCHEMA_VERSION)
+    const record = db.prepare('INSERT INTO jobtable_migrations (version, applied_at) VALUES (?, ?)')
+    for (const m of MIGRATIONS) {
+      if (m.version <= current || m.version > target) continue
+      db.exec(m.sql)
+      record.run(m.version, Date.now())
+    }
+  }).immediate()
+}
