@@ -1,0 +1,133 @@
+import { describe, expect, it } from 'vitest'
+import { CODE_UNKNOWN_KIND, JobNotFoundError } from 'jobtable'
+import { backends } from '../support/backends.js'
+import { echoPayload, harness } from '../support/harness.js'
+import { gate, track } from '../support/wait.js'
+
+describe.each(backends)('$name: the table is the queue', (backend) => {
+  if (backend.skip) it.skip(`skipped: ${backend.skip}`, () => {})
+  if (backend.skip) return
+  const h = harness(backend)
+
+  it('claims jobs oldest first by insertion order, even when the clock runs backwards', async () => {
+    let now = 1_000_000
+    const runner = h.runner({ workers: 1, clock: () => now-- })
+    const started: number[] = []
+    const kind = runner.register('echo', { payload: echoPayload, handler: ({ n }) => void started.push(n) })
+    const ids: string[] = []
+    for (let n = 0; n < 30; n++) ids.push(await kind.enqueue({ n }))
+    const done = track(runner)
+    await runner.start()
+    await done.ends(ids)
+    expect(started).toEqual([...Array(30).keys()])
+  })
+
+  it('runs every job exactly once across a pool of workers (ledger keyed by id)', async () => {
+    const runner = h.runner({ workers: 5 })
+    const ledger = new Map<string, number>()
+    const kind = runner.register('echo', {
+      payload: echoPayload,
+      handler: async (_p, job) => {
+        ledger.set(job.id, (ledger.get(job.id) ?? 0) + 1)
+        await new Promise((r) => setImmediate(r))
+      },
+    })
+    const done = track(runner)
+    await runner.start()
+    const ids = await Promise.all(Array.from({ length: 500 }, (_, n) => kind.enqueue({ n })))
+    await done.ends(ids)
+    expect(ledger.size).toBe(500)
+    for (const id of ids) expect(ledger.get(id)).toBe(1)
+    for (const id of ids) expect((await runner.get(id)).status).toBe('succeeded')
+  })
+
+  it('runs at most N handlers at once, and N of them when N jobs wait', async () => {
+    const runner = h.runner({ workers: 3 })
+    const release = gate()
+    let running = 0
+    let most = 0
+    const kind = runner.register('echo', {
+      payload: echoPayload,
+      handler: async () => {
+        most = Math.max(most, ++running)
+        await release.promise
+        running--
+      },
+    })
+    const done = track(runner)
+    const ids = await kind.enqueueMany([0, 1, 2, 3, 4, 5].map((n) => ({ n })))
+    await runner.start()
+    await done.starts(3)
+    // Give a fourth worker every chance to appear: another enqueue and wake, and a read round trip.
+    ids.push(await kind.enqueue({ n: 6 }))
+    await runner.get(ids[0]!)
+    await new Promise((r) => setImmediate(r))
+    expect(running).toBe(3)
+    release.open()
+    await done.ends(ids)
+    expect(most).toBe(3)
+  })
+
+  it('runs a job enqueued before the process stopped once a new runner opens the store', async () => {
+    const first = h.runner()
+    const kind = first.register('echo', { payload: echoPayload, handler: () => 'ran' })
+    const id = await kind.enqueue({ n: 1 })
+    await first.close()
+
+    const second = h.runner()
+    second.register('echo', { payload: echoPayload, handler: () => 'ran', result: (r) => r })
+    const done = track(second)
+    await second.start()
+    await done.ends([id])
+    expect(await second.get(id)).toEqual({ id, kind: 'echo', status: 'succeeded', result: 'ran', error: null })
+  })
+
+  it('wakes an idle worker on enqueue: a job runs with no polling', async () => {
+    const runner = h.runner({ workers: 1 })
+    const kind = runner.register('echo', { payload: echoPayload, handler: () => undefined })
+    await runner.start()
+    // The runner is idle now; only the enqueue's wake can make it claim again.
+    const seen = track(runner)
+    for (let n = 0; n < 5; n++) {
+      const id = await kind.enqueue({ n })
+      await seen.starts(n + 1)
+      expect(seen.started[n]).toBe(id)
+    }
+  })
+
+  it('fails a job whose kind has no handler in this process with unknown_kind', async () => {
+    const writer = h.runner()
+    const kind = writer.register('retired_kind', { payload: echoPayload, handler: () => undefined })
+    const id = await kind.enqueue({ n: 1 })
+    await writer.close()
+    const runner = h.runner()
+    runner.register('echo', { payload: echoPayload, handler: () => undefined })
+    const done = track(runner)
+    await runner.start()
+    await done.ends([id])
+    expect(await runner.get(id)).toMatchObject({ status: 'failed', error: CODE_UNKNOWN_KIND })
+  })
+
+  it('get returns exactly {id, kind, status, result, error}, and not_found for an unknown id', async () => {
+    const runner = h.runner()
+    const kind = runner.register('echo', { payload: echoPayload, handler: () => undefined })
+    const id = await kind.enqueue({ n: 1 })
+    const job = await runner.get(id)
+    expect(Object.keys(job).sort()).toEqual(['error', 'id', 'kind', 'result', 'status'])
+    expect(job).toEqual({ id, kind: 'echo', status: 'queued', result: null, error: null })
+    await expect(runner.get('00000000-0000-4000-8000-000000000000')).rejects.toBeInstanceOf(JobNotFoundError)
+    await expect(runner.get("' OR 1=1 --")).rejects.toMatchObject({ code: 'not_found' })
+  })
+
+  it('makes random, URL-safe ids of at least 122 bits', async () => {
+    const runner = h.runner()
+    const kind = runner.register('echo', { payload: echoPayload, handler: () => undefined })
+    const ids = await kind.enqueueMany(Array.from({ length: 200 }, (_, n) => ({ n })))
+    expect(new Set(ids).size).toBe(200)
+    for (const id of ids) {
+      expect(encodeURIComponent(id)).toBe(id)
+      // UUID version 4: 122 random bits.
+      expect(id).toMatch(/^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$/)
+    }
+  })
+})

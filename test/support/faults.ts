@@ -1,0 +1,49 @@
+import type { Driver } from 'jobtable'
+import { DatabaseError } from 'jobtable'
+
+type Method = 'jobInsertMany' | 'jobClaim' | 'jobPublish' | 'jobFinishMany' | 'jobFailInterrupted' | 'jobGet'
+
+/**
+ * Wraps a real driver to inject faults: every call goes to the real
+ * driver unless a rule says to fail it first. The database stays real.
+ */
+export class FaultyDriver {
+  readonly calls: Record<string, number> = {}
+  readonly #rules: { method: Method; shouldFail: (call: number) => boolean; error: () => unknown }[] = []
+  readonly driver: Driver
+
+  constructor(real: Driver) {
+    this.driver = new Proxy(real, {
+      get: (target, prop, receiver) => {
+        const value = Reflect.get(target, prop, receiver) as unknown
+        if (typeof value !== 'function') return value
+        return (...args: unknown[]) => {
+          const name = String(prop)
+          const call = (this.calls[name] = (this.calls[name] ?? 0) + 1)
+          for (const rule of this.#rules) {
+            if (rule.method === name && rule.shouldFail(call)) return Promise.reject(rule.error())
+          }
+          return (value as (...a: unknown[]) => unknown).apply(target, args)
+        }
+      },
+    })
+  }
+
+  /** Fails the nth call of method from now, once. */
+  failNth(method: Method, n: number, error: () => unknown = busy): void {
+    const target = (this.calls[method] ?? 0) + n
+    this.#rules.push({ method, shouldFail: (call) => call === target, error })
+  }
+
+  /** Fails every call of method until the returned function is called. */
+  failUntilCleared(method: Method, error: () => unknown = busy): () => void {
+    let active = true
+    this.#rules.push({ method, shouldFail: () => active, error })
+    return () => {
+      active = false
+    }
+  }
+}
+
+export const busy = (): unknown => new DatabaseError('injected', 'SQLITE_BUSY', true)
+export const corrupt = (): unknown => new DatabaseError('injected', 'SQLITE_CORRUPT', false)
