@@ -38,8 +38,18 @@ export interface Driver<Tx = unknown, TxSync extends boolean = boolean> {
   jobFinishMany(params: { finishes: readonly JobFinish[]; now: number; signal?: AbortSignal }): Promise<boolean[]>
   /** Fails every running job left behind by a runner that is gone, with `error`; returns how many. */
   jobFailInterrupted(params: { runnerId: string; error: string; now: number }): Promise<number>
-  /** Reads one job through the reading connection. */
-  jobGet(params: { id: string }): Promise<JobRow | undefined>
+  /**
+   * Reads one job through the reading connection. With `scope` set (a
+   * string, or null for unscoped jobs), a job of another scope reads as
+   * missing; with `scope` undefined, any job is found.
+   */
+  jobGet(params: { id: string; scope?: string | null }): Promise<JobRow | undefined>
+  /**
+   * Reads a page of jobs newest first (by insertion order), those inserted
+   * before the job with `before` when it is set. Filters apply when set;
+   * `scope` as in jobGet.
+   */
+  jobList(params: JobListParams): Promise<ListedJob[]>
   /** Closes the connections the driver opened itself; a database handed in by the user stays open. */
   close(): Promise<void>
 }
@@ -56,6 +66,23 @@ export interface NewJob {
   readonly kind: string
   /** The payload as JSON text. */
   readonly payload: string
+  /** The owner scope it was enqueued under, or null. */
+  readonly scope: string | null
+}
+
+/** What jobList filters on. */
+export interface JobListParams {
+  readonly scope?: string | null
+  readonly status?: JobStatus
+  readonly kind?: string
+  readonly limit: number
+  /** The position of the last job of the previous page, as ListedJob.position gave it. */
+  readonly before?: number
+}
+
+/** A job in a list, with its position in insertion order for the next page's cursor. */
+export interface ListedJob extends JobRow {
+  readonly position: number
 }
 
 /** A job a runner has claimed: the claim is identified by `attempt`. */

@@ -74,6 +74,20 @@ export class JobNotFoundError extends JobtableError {
   }
 }
 
+/** An argument of a call (a scope, a page size, a status filter) is out of its range. */
+export class InvalidArgumentError extends JobtableError {
+  constructor(message: string) {
+    super('invalid_argument', `jobtable: ${message}`)
+  }
+}
+
+/** A list cursor was not one jobtable made. */
+export class InvalidCursorError extends JobtableError {
+  constructor() {
+    super('invalid_cursor', 'jobtable: the cursor is not one this API gave')
+  }
+}
+
 /** A write was refused because the job is no longer running under this worker's claim. */
 export class JobNotRunningError extends JobtableError {
   constructor(what: string) {

@@ -4,10 +4,10 @@
  * and hand it to a Runner.
  */
 export { Runner, jobStartChannel, jobEndChannel, claimErrorChannel } from './runner/runner.js'
-export type { RunnerOptions, Kind, TxOf, TxResult, JobEvent } from './runner/runner.js'
+export type { RunnerOptions, Kind, TxOf, TxResult, JobEvent, EnqueueOptions, ListOptions, JobPage } from './runner/runner.js'
 export type { JobContext, KindDefinition } from './kind.js'
 export type { Logger } from './logger.js'
-export type { Driver, DriverCapabilities, NewJob, ClaimedJob, JobFinish, JobRow } from './driver.js'
+export type { Driver, DriverCapabilities, NewJob, ClaimedJob, JobFinish, JobRow, JobListParams, ListedJob } from './driver.js'
 export {
   type Job,
   type JobStatus,
@@ -25,6 +25,8 @@ export {
 export {
   JobtableError,
   ConfigError,
+  InvalidArgumentError,
+  InvalidCursorError,
   RegistrationError,
   RunnerStateError,
   UnknownKindError,

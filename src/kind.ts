@@ -41,6 +41,8 @@ export interface KindDefinition<S extends StandardSchemaV1, R, Code extends stri
   readonly result?: (result: R) => unknown
   /** The failure codes the handler may throw with JobFailure, each matching `^[a-z][a-z0-9_]{0,63}$`. */
   readonly failures?: readonly Code[]
+  /** Whether `POST /api/v1/jobs` may enqueue this kind. Default false: kinds are not exposed over HTTP. */
+  readonly enqueueOverHttp?: boolean
 }
 
 /** The outcome of running one job's handler: a public result, or a failure code and a loggable reason. */
@@ -50,6 +52,7 @@ export type Outcome = { readonly result: string } | { readonly code: string; rea
 export class RegisteredKind {
   readonly name: string
   readonly schema: StandardSchemaV1
+  readonly enqueueOverHttp: boolean
   readonly #definition: KindDefinition<StandardSchemaV1, unknown, string>
   readonly #declared: ReadonlySet<string>
 
@@ -57,6 +60,7 @@ export class RegisteredKind {
     validateDefinition(name, definition)
     this.name = name
     this.schema = definition.payload
+    this.enqueueOverHttp = definition.enqueueOverHttp === true
     this.#definition = definition
     this.#declared = new Set(definition.failures ?? [])
   }

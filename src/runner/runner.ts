@@ -1,9 +1,11 @@
 import { randomUUID } from 'node:crypto'
 import diagnostics from 'node:diagnostics_channel'
 import type { StandardSchemaV1 } from '@standard-schema/spec'
-import type { ClaimedJob, Driver, NewJob } from '../driver.js'
+import type { ClaimedJob, Driver, JobRow, NewJob } from '../driver.js'
 import {
   ConfigError,
+  InvalidArgumentError,
+  InvalidCursorError,
   JobFailure,
   JobNotFoundError,
   JobNotRunningError,
@@ -11,7 +13,16 @@ import {
   RunnerStateError,
   UnknownKindError,
 } from '../errors.js'
-import { CODE_INTERNAL, CODE_INTERRUPTED, CODE_UNKNOWN_KIND, finalWriteSignal, type Job, type JsonValue } from '../job.js'
+import {
+  CODE_INTERNAL,
+  CODE_INTERRUPTED,
+  CODE_UNKNOWN_KIND,
+  JOB_STATUSES,
+  finalWriteSignal,
+  type Job,
+  type JobStatus,
+  type JsonValue,
+} from '../job.js'
 import { type JobContext, type KindDefinition, RegisteredKind } from '../kind.js'
 import { defaultLogger, type Logger } from '../logger.js'
 import { encodePayload, encodePayloadSync } from '../payload.js'
@@ -36,19 +47,47 @@ export interface RunnerOptions<D extends Driver> {
   readonly clock?: () => number
 }
 
+/** Options of one enqueue. */
+export interface EnqueueOptions {
+  /**
+   * The owner scope of the job (a household, a tenant): the HTTP API lets
+   * a caller read, list and stream only jobs of its own scope. Default:
+   * none (null).
+   */
+  readonly scope?: string
+}
+
+/** Options of `runner.list`. */
+export interface ListOptions {
+  /** Only jobs of this scope (null: jobs enqueued without one). Default: every scope. */
+  readonly scope?: string | null
+  readonly status?: JobStatus
+  readonly kind?: string
+  /** Page size, 1 to 1000. Default 50. */
+  readonly limit?: number
+  /** The `nextCursor` of the previous page. */
+  readonly cursor?: string
+}
+
+/** A page of jobs, newest first; `nextCursor` is null on the last page. */
+export interface JobPage {
+  readonly jobs: Job[]
+  readonly nextCursor: string | null
+}
+
 /** Enqueues jobs of one registered kind; `In` is its payload schema's input type. */
 export interface Kind<In, D extends Driver = Driver> {
   readonly name: string
   /** Stores a queued job and wakes an idle worker; resolves to its id once it is durable. */
-  enqueue(payload: In): Promise<string>
+  enqueue(payload: In, options?: EnqueueOptions): Promise<string>
   /** Stores many queued jobs in one transaction; resolves to their ids in order. */
-  enqueueMany(payloads: readonly In[]): Promise<string[]>
+  enqueueMany(payloads: readonly In[], options?: EnqueueOptions): Promise<string[]>
   /**
    * Stores a queued job through the caller's own transaction, so it exists
    * exactly when what else that transaction writes does. Call `wake()` once
    * the transaction has committed so an idle worker takes it at once.
    */
-  enqueueTx(tx: TxOf<D>, payload: In): TxResult<D, string>
+  enqueueTx(tx: TxOf<D>, payload: In, options?: EnqueueOptions): TxResult<D, string>
   /** Tells an idle worker to look for a job, as enqueue does itself. */
   wake(): void
 }
@@ -142,10 +181,17 @@ export class Runner<D extends Driver = Driver> {
    * as parsed JSON. Rejects with UnknownKindError or InvalidPayloadError,
    * storing nothing.
    */
-  async enqueue(kind: string, payload: unknown): Promise<string> {
+  async enqueue(kind: string, payload: unknown, options?: EnqueueOptions): Promise<string> {
     const registered = this.#kinds.get(kind)
     if (registered === undefined) throw new UnknownKindError(kind)
-    return this.#insert(kind, await encodePayload(kind, registered.schema, payload))
+    const scope = scopeOf(options)
+    return this.#insert(kind, await encodePayload(kind, registered.schema, payload), scope)
+  }
+
+  /** What a registered kind allows, or undefined for a kind not registered here. */
+  kind(name: string): { readonly name: string; readonly enqueueOverHttp: boolean } | undefined {
+    const registered = this.#kinds.get(name)
+    return registered && { name, enqueueOverHttp: registered.enqueueOverHttp }
   }
 
   /** Tells an idle worker to look for a queued job: call it after committing a transactional enqueue. */
@@ -204,17 +250,27 @@ export class Runner<D extends Driver = Driver> {
     await this.close()
   }
 
-  /** Returns the job with `id` through the reading connection, or rejects with JobNotFoundError. */
-  async get(id: string): Promise<Job> {
-    const row = typeof id === 'string' ? await this.#driver.jobGet({ id }) : undefined
+  /**
+   * Returns the job with `id` through the reading connection, or rejects
+   * with JobNotFoundError. With `scope` given, a job of another scope is
+   * not found either, exactly as a missing one.
+   */
+  async get(id: string, options: { scope?: string | null } = {}): Promise<Job> {
+    const row = typeof id === 'string' ? await this.#driver.jobGet({ id, scope: options.scope }) : undefined
     if (row === undefined) throw new JobNotFoundError()
-    return {
-      id: row.id,
-      kind: row.kind,
-      status: row.status,
-      result: row.result === null ? null : (JSON.parse(row.result) as JsonValue),
-      error: row.error,
-    }
+    return toJob(row)
+  }
+
+  /** Returns a page of jobs, newest first; rejects with InvalidCursorError for a cursor it did not make. */
+  async list(options: ListOptions = {}): Promise<JobPage> {
+    const { scope, status, kind, limit = 50, cursor } = options
+    if (!Number.isInteger(limit) || limit < 1 || limit > 1000) throw new InvalidArgumentError('limit must be an integer from 1 to 1000')
+    if (status !== undefined && !JOB_STATUSES.includes(status)) throw new InvalidArgumentError('status must be one of ' + JOB_STATUSES.join(', '))
+    const before = cursor === undefined ? undefined : decodeCursor(cursor)
+    const rows = await this.#driver.jobList({ scope, status, kind, limit: limit + 1, before })
+    const page = rows.slice(0, limit)
+    const last = page[page.length - 1]
+    return { jobs: page.map(toJob), nextCursor: rows.length > limit && last ? encodeCursor(last.position) : null }
   }
 
   #handle<In>(registered: RegisteredKind): Kind<In, D> {
@@ -222,21 +278,28 @@ export class Runner<D extends Driver = Driver> {
     const driver = this.#driver
     return {
       name,
-      enqueue: async (payload) => this.#insert(name, await encodePayload(name, schema, payload)),
-      enqueueMany: async (payloads) => {
-        const jobs = await Promise.all(payloads.map(async (p) => ({ id: randomUUID(), kind: name, payload: await encodePayload(name, schema, p) })))
+      enqueue: async (payload, options) => {
+        const scope = scopeOf(options)
+        return this.#insert(name, await encodePayload(name, schema, payload), scope)
+      },
+      enqueueMany: async (payloads, options) => {
+        const scope = scopeOf(options)
+        const jobs = await Promise.all(
+          payloads.map(async (p) => ({ id: randomUUID(), kind: name, scope, payload: await encodePayload(name, schema, p) })),
+        )
         await this.#driver.jobInsertMany({ jobs, now: this.#clock() })
         this.wake()
         return jobs.map((j) => j.id)
       },
-      enqueueTx: ((tx: TxOf<D>, payload: In) => {
+      enqueueTx: ((tx: TxOf<D>, payload: In, options?: EnqueueOptions) => {
+        const scope = scopeOf(options)
         if (driver.capabilities.txSync) {
-          const job = { id: randomUUID(), kind: name, payload: encodePayloadSync(name, schema, payload) }
+          const job = { id: randomUUID(), kind: name, scope, payload: encodePayloadSync(name, schema, payload) }
           driver.jobInsertTx({ tx, jobs: [job], now: this.#clock() })
           return job.id
         }
         return (async () => {
-          const job = { id: randomUUID(), kind: name, payload: await encodePayload(name, schema, payload) }
+          const job = { id: randomUUID(), kind: name, scope, payload: await encodePayload(name, schema, payload) }
           await driver.jobInsertTx({ tx, jobs: [job], now: this.#clock() })
           return job.id
         })()
@@ -245,9 +308,9 @@ export class Runner<D extends Driver = Driver> {
     }
   }
 
-  async #insert(kind: string, payload: string): Promise<string> {
+  async #insert(kind: string, payload: string, scope: string | null): Promise<string> {
     const id = randomUUID()
-    await this.#inserter.add({ id, kind, payload })
+    await this.#inserter.add({ id, kind, payload, scope })
     this.wake()
     return id
   }
@@ -361,4 +424,36 @@ export class Runner<D extends Driver = Driver> {
       jobEndChannel.publish({ runnerId: this.id, jobId: job.id, kind: job.kind, status, error })
     }
   }
+}
+
+function toJob(row: JobRow): Job {
+  return {
+    id: row.id,
+    kind: row.kind,
+    status: row.status,
+    result: row.result === null ? null : (JSON.parse(row.result) as JsonValue),
+    error: row.error,
+  }
+}
+
+/** The scope of an enqueue: a non-empty string of at most 256 characters, or null. */
+function scopeOf(options: EnqueueOptions | undefined): string | null {
+  const scope = options?.scope
+  if (scope === undefined) return null
+  if (typeof scope !== 'string' || scope.length === 0 || scope.length > 256) {
+    throw new InvalidArgumentError('scope must be a non-empty string of at most 256 characters')
+  }
+  return scope
+}
+
+/** Cursors are opaque to callers: the position, base64url-encoded. */
+function encodeCursor(position: number): string {
+  return Buffer.from(`p${position}`).toString('base64url')
+}
+
+function decodeCursor(cursor: string): number {
+  const text = typeof cursor === 'string' && cursor.length <= 32 ? Buffer.from(cursor, 'base64url').toString() : ''
+  const match = /^p(\d{1,15})$/.exec(text)
+  if (!match) throw new InvalidCursorError()
+  return Number(match[1])
 }

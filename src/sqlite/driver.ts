@@ -1,5 +1,5 @@
 import Database from 'better-sqlite3'
-import type { ClaimedJob, Driver, DriverCapabilities, JobFinish, JobRow, NewJob } from '../driver.js'
+import type { ClaimedJob, Driver, DriverCapabilities, JobFinish, JobListParams, JobRow, ListedJob, NewJob } from '../driver.js'
 import { ConfigError, DatabaseError } from '../errors.js'
 import { migrate } from './migrations.js'
 import * as sql from './queries.js'
@@ -62,6 +62,8 @@ export class SqliteDriver implements Driver<Database.Database, true> {
   readonly #finish: Database.Statement
   readonly #failInterrupted: Database.Statement
   readonly #get: Database.Statement
+  readonly #getScoped: Database.Statement
+  readonly #list: Database.Statement
   readonly #insertOnTx = new WeakMap<Database.Database, Database.Statement>()
   readonly #insertMany: (jobs: readonly NewJob[], now: number) => void
   readonly #finishMany: (finishes: readonly JobFinish[], now: number) => boolean[]
@@ -99,6 +101,8 @@ export class SqliteDriver implements Driver<Database.Database, true> {
     this.#finish = this.#writer.prepare(sql.finishJob)
     this.#failInterrupted = this.#writer.prepare(sql.failInterrupted)
     this.#get = this.#reader.prepare(sql.getJob)
+    this.#getScoped = this.#reader.prepare(sql.getScopedJob)
+    this.#list = this.#reader.prepare(sql.listJobs)
     this.#insertOnTx.set(this.#writer, this.#insert)
     this.#insertMany = this.#writer.transaction((jobs: readonly NewJob[], now: number) => {
       for (const job of jobs) this.#insert.run({ ...job, now })
@@ -148,8 +152,23 @@ export class SqliteDriver implements Driver<Database.Database, true> {
     return run('fail interrupted jobs', () => this.#failInterrupted.run({ error, now }).changes)
   }
 
-  async jobGet({ id }: { id: string }): Promise<JobRow | undefined> {
-    return run('get job', () => this.#get.get(id)) as JobRow | undefined
+  async jobGet({ id, scope }: { id: string; scope?: string | null }): Promise<JobRow | undefined> {
+    if (scope === undefined) return run('get job', () => this.#get.get({ id })) as JobRow | undefined
+    return run('get job', () => this.#getScoped.get({ id, scope })) as JobRow | undefined
+  }
+
+  async jobList({ scope, status, kind, limit, before }: JobListParams): Promise<ListedJob[]> {
+    const rows = run('list jobs', () =>
+      this.#list.all({
+        anyScope: scope === undefined ? 1 : 0,
+        scope: scope ?? null,
+        status: status ?? null,
+        kind: kind ?? null,
+        limit,
+        before: before ?? Number.MAX_SAFE_INTEGER,
+      }),
+    ) as (JobRow & { seq: number })[]
+    return rows.map(({ seq, ...row }) => ({ ...row, position: seq }))
   }
 
   async close(): Promise<void> {

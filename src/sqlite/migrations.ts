@@ -39,6 +39,17 @@ export const MIGRATIONS: readonly { version: number; sql: string }[] = [
       CREATE INDEX jobtable_jobs_running ON jobtable_jobs (runner_id) WHERE status = 'running';
     `,
   },
+  {
+    version: 2,
+    sql: `
+      -- The owner scope a job was enqueued under (a household, a tenant):
+      -- callers of the HTTP API read, list and stream only their own.
+      -- NULL is the scope of jobs enqueued without one.
+      ALTER TABLE jobtable_jobs ADD COLUMN scope TEXT;
+      -- Listing newest first within a scope walks this index backwards.
+      CREATE INDEX jobtable_jobs_scope ON jobtable_jobs (scope, seq);
+    `,
+  },
 ]
 
 /** The schema version this jobtable writes. */

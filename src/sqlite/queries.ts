@@ -4,8 +4,8 @@
  */
 
 export const insertJob = `
-  INSERT INTO jobtable_jobs (id, kind, payload, created_at, updated_at)
-  VALUES (@id, @kind, @payload, @now, @now)`
+  INSERT INTO jobtable_jobs (id, kind, payload, scope, created_at, updated_at)
+  VALUES (@id, @kind, @payload, @scope, @now, @now)`
 
 /**
  * One statement claims jobs for every idle worker. SQLite serializes
@@ -37,4 +37,20 @@ export const failInterrupted = `
   UPDATE jobtable_jobs SET status = 'failed', error = @error, finished_at = @now, updated_at = @now
    WHERE status = 'running'`
 
-export const getJob = `SELECT id, kind, status, result, error FROM jobtable_jobs WHERE id = ?`
+export const getJob = `SELECT id, kind, status, result, error FROM jobtable_jobs WHERE id = @id`
+
+/** As getJob, only within one owner scope: another scope's job reads as missing. */
+export const getScopedJob = `SELECT id, kind, status, result, error FROM jobtable_jobs WHERE id = @id AND scope IS @scope`
+
+/**
+ * A page of jobs, newest first, before a seq cursor. Each filter applies
+ * only when its parameter is set (@anyScope = 1 lists every scope).
+ */
+export const listJobs = `
+  SELECT seq, id, kind, status, result, error FROM jobtable_jobs
+   WHERE seq < @before
+     AND (@anyScope = 1 OR scope IS @scope)
+     AND (@status IS NULL OR status = @status)
+     AND (@kind IS NULL OR kind = @kind)
+   ORDER BY seq DESC
+   LIMIT @limit`
