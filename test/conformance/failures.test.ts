@@ -1,0 +1,121 @@
+import { describe, expect, it } from 'vitest'
+import { z } from 'zod'
+import { CODE_INTERNAL, JobFailure } from 'jobtable'
+import { backends } from '../support/backends.js'
+import { echoPayload, harness } from '../support/harness.js'
+import { captureLogs } from '../support/logs.js'
+import { track } from '../support/wait.js'
+
+describe.each(backends)('$name: failures never leak', (backend) => {
+  if (backend.skip) it.skip(`skipped: ${backend.skip}`, () => {})
+  if (backend.skip) return
+  const h = harness(backend)
+
+  it('fails with a declared code, logged at info with job_id and kind', async () => {
+    const logs = captureLogs()
+    const runner = h.runner({ logger: logs })
+    const kind = runner.register('import_recipe', {
+      payload: echoPayload,
+      failures: ['no_recipe_found'],
+      handler: () => {
+        throw new JobFailure('no_recipe_found')
+      },
+    })
+    const done = track(runner)
+    await runner.start()
+    const id = await kind.enqueue({ n: 1 })
+    await done.ends([id])
+    expect(await runner.get(id)).toEqual({ id, kind: 'import_recipe', status: 'failed', result: null, error: 'no_recipe_found' })
+    const line = logs.lines.find((l) => l.fields.job_id === id)
+    expect(line).toMatchObject({ level: 'info', fields: { job_id: id, kind: 'import_recipe', code: 'no_recipe_found' } })
+  })
+
+  it('fails anything else with internal_error; no marker in message, stack, cause, properties or a thrown string escapes', async () => {
+    const marker = `secret-${crypto.randomUUID()}`
+    const withEverything = () => {
+      const err = new Error(`GET https://api.example/?token=${marker} failed`, { cause: new Error(marker) })
+      err.stack = `Error: ${marker}\n    at provider (${marker}.js:1:1)`
+      Object.assign(err, { response: { body: marker }, url: marker, code: marker })
+      return err
+    }
+    const throwers: Record<string, () => never> = {
+      error: () => {
+        throw withEverything()
+      },
+      string: () => {
+        throw marker
+      },
+      object: () => {
+        throw { message: marker, code: 'no_recipe_found' }
+      },
+      undeclared_failure: () => {
+        throw new JobFailure('not_declared')
+      },
+      failure_subclass: () => {
+        throw Object.assign(new JobFailure('no_recipe_found'), { detail: marker })
+      },
+      nullish: () => {
+        throw null
+      },
+    }
+    const logs = captureLogs()
+    const runner = h.runner({ logger: logs, workers: 3 })
+    const kinds = Object.entries(throwers).map(([name, thrower]) =>
+      runner.register(name, {
+        payload: echoPayload,
+        failures: ['no_recipe_found'],
+        handler: async (_p, job) => {
+          await job.publish({ note: marker })
+          return thrower()
+        },
+        result: () => ({ partial: true }),
+      }),
+    )
+    const expected: Record<string, string> = {}
+    const done = track(runner)
+    await runner.start()
+    for (const kind of kinds) {
+      const id = await kind.enqueue({ n: 1 })
+      expected[id] = kind.name === 'failure_subclass' ? 'no_recipe_found' : CODE_INTERNAL
+    }
+    await done.ends(Object.keys(expected))
+    for (const [id, code] of Object.entries(expected)) {
+      const job = await runner.get(id)
+      expect(job.error, job.kind).toBe(code)
+      expect(JSON.stringify(job)).not.toContain(marker)
+    }
+    const internal = logs.lines.filter((l) => l.fields.code === CODE_INTERNAL)
+    expect(internal.length).toBe(Object.values(expected).filter((c) => c === CODE_INTERNAL).length)
+    for (const line of internal) expect(line.level).toBe('error')
+    await runner.close()
+    expect(logs.text()).not.toContain(marker)
+    expect(await h.store.dump()).not.toContain(marker)
+  })
+
+  it('never logs a payload or a result', async () => {
+    const marker = `value-${crypto.randomUUID()}`
+    const logs = captureLogs()
+    const runner = h.runner({ logger: logs })
+    const note = z.strictObject({ note: z.string() })
+    const kind = runner.register('echo', {
+      payload: note,
+      result: () => ({ note: marker }),
+      handler: () => undefined,
+    })
+    const failing = runner.register('failing', {
+      payload: note,
+      result: () => ({ note: marker }),
+      handler: () => {
+        throw new Error(marker)
+      },
+    })
+    const unknown = { id: crypto.randomUUID(), kind: 'gone', payload: JSON.stringify({ note: marker }), scope: null }
+    await runner.driver.jobInsertMany({ jobs: [unknown], now: Date.now() })
+    const done = track(runner)
+    await runner.start()
+    const ids = [await kind.enqueue({ note: marker }), await failing.enqueue({ note: marker }), unknown.id]
+    await done.ends(ids)
+    expect(logs.lines.length).toBeGreaterThan(0)
+    expect(logs.text()).not.toContain(marker)
+  })
+})

@@ -1,0 +1,46 @@
+import { describe, expect, it } from 'vitest'
+import { InvalidPayloadError, JobNotFoundError } from 'jobtable'
+import { backends } from '../support/backends.js'
+import { echoPayload, harness } from '../support/harness.js'
+import { track } from '../support/wait.js'
+
+describe.each(backends)('$name: transactional enqueue', (backend) => {
+  if (backend.skip) it.skip(`skipped: ${backend.skip}`, () => {})
+  if (backend.skip) return
+  const h = harness(backend)
+
+  it('the job exists exactly when the transaction commits, and a wake after commit runs it', async () => {
+    const runner = h.runner({ workers: 1 })
+    const kind = runner.register('echo', { payload: echoPayload, handler: () => undefined })
+    const done = track(runner)
+    await runner.start()
+
+    const enqueued: unknown[] = []
+    await h.store.transaction((tx) => enqueued.push(kind.enqueueTx(tx as never, { n: 1 })), 'rollback')
+    const rolledBack = (await enqueued[0]) as string
+    await expect(runner.get(rolledBack)).rejects.toBeInstanceOf(JobNotFoundError)
+
+    await h.store.transaction((tx) => enqueued.push(kind.enqueueTx(tx as never, { n: 2 })), 'commit')
+    const committed = (await enqueued[1]) as string
+    expect((await runner.get(committed)).status).toBe('queued')
+    kind.wake()
+    await done.ends([committed])
+    expect((await runner.get(committed)).status).toBe('succeeded')
+    await expect(runner.get(rolledBack)).rejects.toBeInstanceOf(JobNotFoundError)
+  })
+
+  it('refuses an invalid payload inside the transaction without storing it', async () => {
+    const runner = h.runner()
+    const kind = runner.register('echo', { payload: echoPayload, handler: () => undefined })
+    let refused: unknown
+    await h.store.transaction(async (tx) => {
+      try {
+        await kind.enqueueTx(tx as never, { n: 'one' } as never)
+      } catch (err) {
+        refused = err
+      }
+    }, 'commit')
+    expect(refused).toBeInstanceOf(InvalidPayloadError)
+    expect((await runner.list()).jobs).toEqual([])
+  })
+})
