@@ -1,0 +1,240 @@
+import { Hono, type Context } from 'hono'
+import {
+  DatabaseError,
+  InvalidCursorError,
+  InvalidPayloadError,
+  JOB_STATUSES,
+  JobNotFoundError,
+  UnknownKindError,
+  type JobStatus,
+  type Logger,
+  type Runner,
+} from 'jobtable'
+import { isRefusal, type Authorize } from './auth.js'
+import { readJsonBody } from './body.js'
+import { eventStream } from './events.js'
+import { jobBody, parseJobId } from './job-body.js'
+import { openApiDocument } from './openapi.js'
+import { problem } from './problem.js'
+
+/** Options of createApi. Each default is given beside its field. */
+export interface ApiOptions {
+  /** The runner whose jobs the API serves. Required. It need not be started: an API-only process enqueues for workers elsewhere. */
+  readonly runner: Runner
+  /**
+   * Decides each request's scope, or refuses it. Default: none, and every
+   * caller shares the unscoped space (jobs enqueued without a scope), so
+   * mount the API without a hook only where every caller may see every
+   * unscoped job.
+   */
+  readonly authorize?: Authorize
+  /** The largest request body accepted, in bytes. Default 1 MiB. */
+  readonly bodyLimitBytes?: number
+  /** How often an event stream reads its job again, in milliseconds. Default 250. */
+  readonly eventsPollMs?: number
+  /** How long an event stream may stay silent before a keep-alive comment, in milliseconds. Default 15 000. */
+  readonly eventsHeartbeatMs?: number
+  /** Where internal errors are logged (their class and code only, never a message). Default: nowhere. */
+  readonly logger?: Logger
+}
+
+/** A mounted API: a standard fetch handler, and close() to end its open event streams. */
+export interface Api {
+  /** Answers one request. Never rejects: every failure is a problem response. */
+  fetch(request: Request): Promise<Response>
+  /** Ends every open event stream, so a server closing down is not held open by them. */
+  close(): void
+}
+
+/** Every route and the methods it allows, for 405 answers. */
+const ALLOW = {
+  jobs: 'GET, HEAD, POST',
+  job: 'GET, HEAD',
+  events: 'GET, HEAD',
+  openapi: 'GET, HEAD',
+} as const
+
+const MIB = 1024 * 1024
+const LIST_PARAMS: ReadonlySet<string> = new Set(['status', 'kind', 'limit', 'cursor'])
+const openApiText = JSON.stringify(openApiDocument)
+
+/**
+ * Makes the HTTP API of a runner as a standard fetch handler (Request in,
+ * Response out), which Node's http server (through @hono/node-server),
+ * Hono, Next.js route handlers, and Express or Fastify through a fetch
+ * adapter can mount. Routes are absolute (`/api/v1/...`): mount it where
+ * the request URL keeps its full path.
+ */
+export function createApi(options: ApiOptions): Api {
+  const { runner, authorize, bodyLimitBytes = MIB, eventsPollMs = 250, eventsHeartbeatMs = 15_000, logger } = options
+  if (runner === null || typeof runner !== 'object' || typeof runner.get !== 'function') {
+    throw new TypeError('jobtable/http: createApi needs { runner }')
+  }
+  if (authorize !== undefined && typeof authorize !== 'function') throw new TypeError('jobtable/http: authorize must be a function')
+  for (const [name, value] of Object.entries({ bodyLimitBytes, eventsPollMs, eventsHeartbeatMs })) {
+    if (!Number.isInteger(value) || value < 1) throw new TypeError(`jobtable/http: ${name} must be a positive integer`)
+  }
+  const streams = new Set<() => void>()
+  const track = (end: () => void) => {
+    streams.add(end)
+    return () => void streams.delete(end)
+  }
+
+  /** The caller's scope (null without a hook), or the refusal to answer with. */
+  const scopeOf = async (request: Request): Promise<string | null | Response> => {
+    if (authorize === undefined) return null
+    const decision = await authorize(request)
+    if (isRefusal(decision)) {
+      return decision.refused === 'forbidden' ? problem('forbidden') : problem('unauthenticated', {}, { 'www-authenticate': 'Bearer' })
+    }
+    if (typeof decision !== 'string' || decision.length === 0 || decision.length > 256) {
+      throw new TypeError('authorize returned neither a scope nor a refusal')
+    }
+    return decision
+  }
+
+  /** Reads the job a route names, within the caller's scope, or the problem to answer with. */
+  const jobOf = async (c: Context): Promise<{ scope: string | null; job: Awaited<ReturnType<Runner['get']>> } | Response> => {
+    const scope = await scopeOf(c.req.raw)
+    if (scope instanceof Response) return scope
+    const id = parseJobId(c.req.param('id') ?? '')
+    if (id === undefined) return problem('invalid_id')
+    return { scope, job: await runner.get(id, { scope }) }
+  }
+
+  const app = new Hono()
+
+  app.get('/api/v1/openapi.json', () => new Response(openApiText, { headers: { 'content-type': 'application/json' } }))
+  app.all('/api/v1/openapi.json', () => notAllowed(ALLOW.openapi))
+
+  app.get('/api/v1/jobs', async (c) => {
+    const scope = await scopeOf(c.req.raw)
+    if (scope instanceof Response) return scope
+    const query = listQuery(new URL(c.req.url).searchParams)
+    if (query instanceof Response) return query
+    const page = await runner.list({ ...query, scope })
+    return json(200, { jobs: page.jobs.map(jobBody), nextCursor: page.nextCursor })
+  })
+
+  app.post('/api/v1/jobs', async (c) => {
+    const scope = await scopeOf(c.req.raw)
+    if (scope instanceof Response) return scope
+    const body = await readJsonBody(c.req.raw, bodyLimitBytes)
+    if (!body.ok) return body.response
+    const request = enqueueRequest(body.value)
+    if (request instanceof Response) return request
+    // A kind not exposed over HTTP answers exactly as one not registered.
+    if (runner.kind(request.kind)?.enqueueOverHttp !== true) return problem('unknown_kind')
+    const id = await runner.enqueue(request.kind, request.payload, scope === null ? {} : { scope })
+    const job = await runner.get(id, { scope })
+    return json(201, jobBody(job), { location: `/api/v1/jobs/${id}` })
+  })
+  app.all('/api/v1/jobs', () => notAllowed(ALLOW.jobs))
+
+  app.get('/api/v1/jobs/:id', async (c) => {
+    const found = await jobOf(c)
+    if (found instanceof Response) return found
+    return json(200, jobBody(found.job))
+  })
+  app.all('/api/v1/jobs/:id', () => notAllowed(ALLOW.job))
+
+  app.get('/api/v1/jobs/:id/events', async (c) => {
+    const found = await jobOf(c)
+    if (found instanceof Response) return found
+    // Hono answers HEAD through the GET route and drops the body unread: start no stream for it.
+    if (c.req.raw.method === 'HEAD') return new Response(null, { headers: { 'content-type': 'text/event-stream; charset=utf-8' } })
+    const { job, scope } = found
+    return eventStream({ runner, id: job.id, scope, first: job, pollMs: eventsPollMs, heartbeatMs: eventsHeartbeatMs, signal: c.req.raw.signal, track })
+  })
+  app.all('/api/v1/jobs/:id/events', () => notAllowed(ALLOW.events))
+
+  app.notFound(() => problem('route_not_found'))
+  app.onError((err) => {
+    const known = toProblem(err)
+    if (known) return known
+    // The class and code only: an error's message can quote a query's values or a secret.
+    logger?.error({ error: err instanceof Error ? err.name : typeof err, code: (err as { code?: unknown }).code }, 'request failed')
+    return problem('internal_error')
+  })
+
+  return {
+    fetch: async (request) => {
+      try {
+        return await app.fetch(request)
+      } catch (err) {
+        logger?.error({ error: err instanceof Error ? err.name : typeof err }, 'request failed')
+        return problem('internal_error')
+      }
+    },
+    close: () => {
+      for (const end of [...streams]) end()
+    },
+  }
+}
+
+/** The problem a known runner error answers with, or undefined for any other error. */
+function toProblem(err: unknown): Response | undefined {
+  if (err instanceof JobNotFoundError) return problem('not_found')
+  if (err instanceof UnknownKindError) return problem('unknown_kind')
+  if (err instanceof InvalidCursorError) return problem('invalid_cursor')
+  if (err instanceof InvalidPayloadError) {
+    // Paths only: a validator's message may quote the value it refused.
+    const paths = [...new Set(err.issues.map((i) => i.path))].slice(0, 50)
+    return problem('invalid_payload', { issues: paths.map((path) => ({ path })) })
+  }
+  if (err instanceof DatabaseError && err.transient) return problem('unavailable', {}, { 'retry-after': '1' })
+  return undefined
+}
+
+/** The list filters of a query string, or the problem refusing it. Unknown or repeated parameters are refused, so a typo is not silently ignored. */
+function listQuery(params: URLSearchParams): { status?: JobStatus; kind?: string; limit?: number; cursor?: string } | Response {
+  const seen = new Set<string>()
+  for (const key of params.keys()) {
+    if (!LIST_PARAMS.has(key)) return problem('invalid_argument', { detail: 'the parameters are status, kind, limit and cursor' })
+    if (seen.has(key)) return problem('invalid_argument', { detail: 'a parameter is repeated' })
+    seen.add(key)
+  }
+  const query: { status?: JobStatus; kind?: string; limit?: number; cursor?: string } = {}
+  const status = params.get('status')
+  if (status !== null) {
+    if (!(JOB_STATUSES as readonly string[]).includes(status)) {
+      return problem('invalid_argument', { detail: 'status must be one of ' + JOB_STATUSES.join(', ') })
+    }
+    query.status = status as JobStatus
+  }
+  const kind = params.get('kind')
+  if (kind !== null) {
+    if (kind.length === 0 || kind.length > 256) return problem('invalid_argument', { detail: 'kind must be 1 to 256 characters' })
+    query.kind = kind
+  }
+  const limit = params.get('limit')
+  if (limit !== null) {
+    const n = /^\d{1,4}$/.test(limit) ? Number(limit) : NaN
+    if (!(n >= 1 && n <= 1000)) return problem('invalid_argument', { detail: 'limit must be an integer from 1 to 1000' })
+    query.limit = n
+  }
+  const cursor = params.get('cursor')
+  if (cursor !== null) query.cursor = cursor
+  return query
+}
+
+/** The {kind, payload} of an enqueue body, or the problem naming which field is wrong. */
+function enqueueRequest(body: unknown): { kind: string; payload: unknown } | Response {
+  if (typeof body !== 'object' || body === null || Array.isArray(body)) return problem('invalid_request', { issues: [{ path: '' }] })
+  const record = body as Record<string, unknown>
+  const issues: { path: string }[] = []
+  const kind = record.kind
+  if (typeof kind !== 'string' || kind.length === 0 || kind.length > 256) issues.push({ path: 'kind' })
+  if (!('payload' in record)) issues.push({ path: 'payload' })
+  for (const key of Object.keys(record).slice(0, 50)) if (key !== 'kind' && key !== 'payload') issues.push({ path: key })
+  if (issues.length > 0) return problem('invalid_request', { issues })
+  return { kind: kind as string, payload: record.payload }
+}
+
+function notAllowed(allow: string): Response {
+  return problem('method_not_allowed', {}, { allow })
+}
+
+function json(status: number, body: unknown, headers: Record<string, string> = {}): Response {
+  return new Response(JSON.stringify(body), { status, headers: { 'content-type': 'application/json', 'cache-control': 'no-store', ...headers } })
+}

@@ -1,0 +1,171 @@
+import { PROBLEMS, PROBLEM_MEDIA_TYPE, type ProblemCode } from './problem.js'
+
+const ref = (name: string) => ({ $ref: `#/components/schemas/${name}` })
+const problemResponse = (description: string) => ({
+  description,
+  content: { [PROBLEM_MEDIA_TYPE]: { schema: ref('Problem') } },
+})
+const jobId = {
+  name: 'id',
+  in: 'path',
+  required: true,
+  description: 'A job id: a UUID v4.',
+  schema: { type: 'string', format: 'uuid' },
+}
+const authErrors = {
+  '401': problemResponse('No valid credentials (`unauthenticated`).'),
+  '403': problemResponse('The caller may not use the API (`forbidden`).'),
+}
+const serverErrors = {
+  '405': problemResponse('Method not allowed on this route (`method_not_allowed`); the Allow header lists those that are.'),
+  '500': problemResponse('Internal error (`internal_error`).'),
+  '503': problemResponse('The job store is busy (`unavailable`); retry after the Retry-After header.'),
+}
+
+/**
+ * The OpenAPI 3.1 document of the HTTP API, served at
+ * `GET /api/v1/openapi.json`. The test suite checks real responses against
+ * its schemas, so it describes what the server does, not what it should.
+ */
+export const openApiDocument = {
+  openapi: '3.1.0',
+  info: {
+    title: 'jobtable HTTP API',
+    version: '1.0.0',
+    description:
+      'Durable background jobs. Every job belongs to the scope of the caller that enqueued it; a caller sees only its own, and a job of another scope answers exactly as a missing one.',
+  },
+  components: {
+    securitySchemes: { bearer: { type: 'http', scheme: 'bearer' } },
+    schemas: {
+      Job: {
+        type: 'object',
+        required: ['id', 'kind', 'status', 'result', 'error'],
+        additionalProperties: false,
+        properties: {
+          id: { type: 'string', format: 'uuid' },
+          kind: { type: 'string' },
+          status: { type: 'string', enum: ['queued', 'running', 'succeeded', 'failed'] },
+          result: { description: 'The latest partial or final public result; null until the handler publishes one.' },
+          error: {
+            type: ['string', 'null'],
+            description: 'Set only on a failed job: a failure code the kind declared, internal_error, unknown_kind or "interrupted by restart".',
+          },
+        },
+      },
+      JobPage: {
+        type: 'object',
+        required: ['jobs', 'nextCursor'],
+        additionalProperties: false,
+        properties: {
+          jobs: { type: 'array', items: ref('Job') },
+          nextCursor: { type: ['string', 'null'], description: 'Pass as `cursor` for the next page; null on the last page.' },
+        },
+      },
+      EnqueueRequest: {
+        type: 'object',
+        required: ['kind', 'payload'],
+        additionalProperties: false,
+        properties: {
+          kind: { type: 'string', minLength: 1, maxLength: 256 },
+          payload: { description: "The job's payload, validated by the kind's schema." },
+        },
+      },
+      Problem: {
+        type: 'object',
+        required: ['type', 'title', 'status', 'code'],
+        additionalProperties: false,
+        properties: {
+          type: { type: 'string', description: 'urn:jobtable:problem:{code}' },
+          title: { type: 'string' },
+          status: { type: 'integer' },
+          code: { type: 'string', enum: Object.keys(PROBLEMS) as ProblemCode[] },
+          detail: { type: 'string' },
+          issues: {
+            type: 'array',
+            description: 'The failing fields (paths only, never values).',
+            items: { type: 'object', required: ['path'], additionalProperties: false, properties: { path: { type: 'string' } } },
+          },
+        },
+      },
+    },
+  },
+  security: [{ bearer: [] }, {}],
+  paths: {
+    '/api/v1/jobs': {
+      get: {
+        operationId: 'listJobs',
+        summary: "A page of the caller's jobs, newest first.",
+        parameters: [
+          { name: 'status', in: 'query', schema: { type: 'string', enum: ['queued', 'running', 'succeeded', 'failed'] } },
+          { name: 'kind', in: 'query', schema: { type: 'string', minLength: 1, maxLength: 256 } },
+          { name: 'limit', in: 'query', schema: { type: 'integer', minimum: 1, maximum: 1000, default: 50 } },
+          { name: 'cursor', in: 'query', schema: { type: 'string' }, description: 'The nextCursor of the previous page.' },
+        ],
+        responses: {
+          '200': { description: 'A page of jobs.', content: { 'application/json': { schema: ref('JobPage') } } },
+          '400': problemResponse('An unknown or repeated parameter, or one out of range (`invalid_argument`); a cursor this API did not give (`invalid_cursor`).'),
+          ...authErrors,
+          ...serverErrors,
+        },
+      },
+      post: {
+        operationId: 'enqueueJob',
+        summary: "Enqueues a job of a kind registered with enqueueOverHttp, in the caller's scope.",
+        requestBody: { required: true, content: { 'application/json': { schema: ref('EnqueueRequest') } } },
+        responses: {
+          '201': {
+            description: 'The job, as stored.',
+            headers: { Location: { schema: { type: 'string' }, description: 'The URL of the job.' } },
+            content: { 'application/json': { schema: ref('Job') } },
+          },
+          '400': problemResponse('The body is not JSON (`malformed_json`) or not a {kind, payload} object (`invalid_request`).'),
+          ...authErrors,
+          '413': problemResponse('The body is over the size limit (`payload_too_large`).'),
+          '415': problemResponse('The body is not application/json, or is compressed (`unsupported_media_type`).'),
+          '422': problemResponse('No kind of that name may be enqueued over HTTP (`unknown_kind`), or the payload does not fit its schema (`invalid_payload`, with the failing paths in `issues`).'),
+          ...serverErrors,
+        },
+      },
+    },
+    '/api/v1/jobs/{id}': {
+      get: {
+        operationId: 'getJob',
+        summary: 'One job of the caller.',
+        parameters: [jobId],
+        responses: {
+          '200': { description: 'The job.', content: { 'application/json': { schema: ref('Job') } } },
+          '400': problemResponse('The id is not a UUID (`invalid_id`).'),
+          ...authErrors,
+          '404': problemResponse('No job of the caller has this id (`not_found`), including a job of another scope.'),
+          ...serverErrors,
+        },
+      },
+    },
+    '/api/v1/jobs/{id}/events': {
+      get: {
+        operationId: 'streamJob',
+        summary: "Server-Sent Events of one job: an `event: job` message with the job's fields at first and at each change of status or result, ending after a terminal status.",
+        parameters: [jobId],
+        responses: {
+          '200': {
+            description: 'An event stream; each `data:` line is a Job. An `event: error` message with `{"code": ...}` ends a stream whose job can no longer be read.',
+            content: { 'text/event-stream': { schema: { type: 'string' }, 'x-event-data': ref('Job') } },
+          },
+          '400': problemResponse('The id is not a UUID (`invalid_id`).'),
+          ...authErrors,
+          '404': problemResponse('No job of the caller has this id (`not_found`).'),
+          ...serverErrors,
+        },
+      },
+    },
+    '/api/v1/openapi.json': {
+      get: {
+        operationId: 'openApi',
+        summary: 'This document. It needs no credentials: it holds no data.',
+        security: [],
+        responses: { '200': { description: 'The OpenAPI 3.1 document.', content: { 'application/json': { schema: { type: 'object' } } } } },
+      },
+    },
+  },
+} as const

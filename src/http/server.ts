@@ -1,0 +1,99 @@
+import { createServer, type Server } from 'node:http'
+import type { AddressInfo } from 'node:net'
+import { getRequestListener } from '@hono/node-server'
+import type { Api } from './api.js'
+
+/** Options of `listen`. Each default is given beside its field. */
+export interface ListenOptions {
+  /** The address to bind. Default `127.0.0.1`. Any non-loopback address needs `authenticated: true`. */
+  readonly host?: string
+  /** The port; 0 picks a free one. Default 8080. */
+  readonly port?: number
+  /** Whether the API checks credentials. Without them, only a loopback address may be bound. Default false. */
+  readonly authenticated?: boolean
+  /** The most connections held at once; more are refused by the kernel backlog. Default 256. */
+  readonly maxConnections?: number
+  /** The time a client has to send a whole request, in milliseconds. Default 30 000. */
+  readonly requestTimeoutMs?: number
+  /** The time a client has to send its headers, in milliseconds. Default 10 000. */
+  readonly headersTimeoutMs?: number
+  /** How long an idle keep-alive connection is kept, in milliseconds. Default 5 000. */
+  readonly keepAliveTimeoutMs?: number
+  /** How long a socket may see no traffic at all, in milliseconds; event streams send a keep-alive well within it. Default 120 000. */
+  readonly idleTimeoutMs?: number
+}
+
+/** A listening server: its URL, and close() that ends event streams and waits for open requests. */
+export interface Listening {
+  readonly server: Server
+  /** The base URL, e.g. `http://127.0.0.1:8080`. */
+  readonly url: string
+  /** Stops accepting, ends event streams and idle connections, and resolves once every connection has closed. */
+  close(): Promise<void>
+}
+
+/** Thrown by `listen` for a non-loopback address without authentication. */
+export class UnsafeBindError extends Error {
+  readonly code = 'unsafe_bind'
+  constructor(host: string) {
+    super(`jobtable/http: refusing to listen on ${host} without authentication; configure bearer tokens or bind 127.0.0.1`)
+    this.name = 'UnsafeBindError'
+  }
+}
+
+/** Whether `host` is a loopback address: 127.0.0.0/8, ::1 or localhost. Anything else, including 0.0.0.0 and ::, is public. */
+export function isLoopback(host: string): boolean {
+  const h = host.trim().toLowerCase().replace(/^\[(.*)\]$/, '$1')
+  if (h === 'localhost' || h === '::1' || h === '0:0:0:0:0:0:0:1') return true
+  const v4 = h.startsWith('::ffff:') ? h.slice(7) : h
+  return /^127\.\d{1,3}\.\d{1,3}\.\d{1,3}$/.test(v4)
+}
+
+/**
+ * Serves an API on Node's http server with the limits a public server
+ * needs, so a slow or greedy client cannot hold it: a whole request must
+ * arrive within `requestTimeoutMs`, its headers within `headersTimeoutMs`,
+ * idle keep-alive connections close, and at most `maxConnections` are held.
+ * Refuses (UnsafeBindError) to bind a non-loopback address unless the API
+ * is authenticated.
+ */
+export async function listen(api: Api, options: ListenOptions = {}): Promise<Listening> {
+  const {
+    host = '127.0.0.1',
+    port = 8080,
+    authenticated = false,
+    maxConnections = 256,
+    requestTimeoutMs = 30_000,
+    headersTimeoutMs = 10_000,
+    keepAliveTimeoutMs = 5_000,
+    idleTimeoutMs = 120_000,
+  } = options
+  if (!authenticated && !isLoopback(host)) throw new UnsafeBindError(host)
+  const server = createServer(
+    { requestTimeout: requestTimeoutMs, headersTimeout: headersTimeoutMs, keepAliveTimeout: keepAliveTimeoutMs },
+    // overrideGlobalObjects: false keeps the process's own Request and Response.
+    getRequestListener((request) => api.fetch(request), { overrideGlobalObjects: false }),
+  )
+  server.maxConnections = maxConnections
+  server.setTimeout(idleTimeoutMs, (socket) => socket.destroy())
+  await new Promise<void>((resolve, reject) => {
+    server.once('error', reject)
+    server.listen(port, host, () => {
+      server.off('error', reject)
+      resolve()
+    })
+  })
+  const address = server.address() as AddressInfo
+  const shown = address.family === 'IPv6' ? `[${address.address}]` : address.address
+  let closed: Promise<void> | undefined
+  return {
+    server,
+    url: `http://${shown}:${address.port}`,
+    close: () =>
+      (closed ??= new Promise<void>((resolve) => {
+        server.close(() => resolve())
+        api.close()
+        server.closeIdleConnections()
+      })),
+  }
+}
