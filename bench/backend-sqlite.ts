@@ -1,0 +1,89 @@
+import { mkdtempSync, rmSync } from 'node:fs'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
+import { sqlite } from 'jobtable/sqlite'
+import type { Driver } from 'jobtable'
+import type { Backend, Floors, Store } from './backend.js'
+import * as floor from './floor-sqlite.js'
+import type { Sync } from './floor-sqlite.js'
+
+/** SQLite on a temporary file, with jobtable's driver and better-sqlite3 for the floor. */
+export function sqliteBackend(sync: Sync): Backend {
+  return {
+    name: 'sqlite',
+    durability: `synchronous=${sync.toUpperCase()}`,
+    store: async () => sqliteStore(sync),
+    floors: sqliteFloors(sync),
+  }
+}
+
+function tempPath(): { dir: string; path: string } {
+  const dir = mkdtempSync(join(tmpdir(), 'jobtable-bench-'))
+  return { dir, path: join(dir, 'jobs.db') }
+}
+
+function sqliteStore(sync: Sync): Store {
+  const { dir, path } = tempPath()
+  const opened: Driver[] = []
+  return {
+    driver() {
+      const d = sqlite({ path, synchronous: sync })
+      opened.push(d)
+      return d
+    },
+    async seedFinished(rows) {
+      const db = floor.openFloorDb(path, sync)
+      try {
+        floor.seedFinished(db, rows)
+      } finally {
+        db.close()
+      }
+    },
+    async drop() {
+      for (const d of opened) await d.close().catch(() => undefined)
+      rmSync(dir, { recursive: true, force: true })
+    },
+  }
+}
+
+/** Runs fn on a fresh floor database, then removes it. */
+function withDb<T>(sync: Sync, fn: (db: ReturnType<typeof floor.openFloorDb>) => T): T {
+  const { dir, path } = tempPath()
+  const db = floor.openFloorDb(path, sync)
+  try {
+    return fn(db)
+  } finally {
+    db.close()
+    rmSync(dir, { recursive: true, force: true })
+  }
+}
+
+function sqliteFloors(sync: Sync): Floors {
+  // One connection: SQLite has one writer, so more connections in one process add only lock waits.
+  return {
+    async drain(jobs, _workers, finishedRows = 0) {
+      const run = (batched: boolean): number =>
+        withDb(sync, (db) => {
+          if (finishedRows > 0) floor.seedFinished(db, finishedRows)
+          floor.seedQueued(db, jobs)
+          return batched ? floor.drainBatched(db) : floor.drainSingle(db)
+        })
+      return { single: run(false), batched: run(true) }
+    },
+    async insert(jobs) {
+      return {
+        single: withDb(sync, (db) => floor.insertSingle(db, jobs)),
+        batched: withDb(sync, (db) => floor.insertBatched(db, jobs)),
+      }
+    },
+    async mixed(jobs) {
+      return {
+        single: withDb(sync, (db) => floor.mixedSingle(db, jobs)),
+        batched: withDb(sync, (db) => floor.mixedBatched(db, jobs)),
+      }
+    },
+    async latency(samples) {
+      return withDb(sync, (db) => floor.latencyFloor(db, samples))
+    },
+  }
+}

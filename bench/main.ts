@@ -1,0 +1,312 @@
+/**
+ * jobtable benchmarks: `npm run bench -- [options]`.
+ *
+ *   --backend sqlite|postgres   default: both (postgres is skipped, saying why, when unavailable)
+ *   --workload NAME[,NAME]      drain, enqueue, latency, mixed, scale; default all but scale
+ *   --jobs N                    jobs per throughput workload, default 20000
+ *   --workers N                 runner workers, default 10
+ *   --samples N                 latency samples, default 2000
+ *   --scale-rows N              finished rows for scale, default 1000000
+ *   --repeat N                  repeats per measurement, medians reported; default 1
+ *   --sync normal|full|both     SQLite durability settings to run, default both
+ *   --no-floor                  skip the raw-SQL floors (for profiling)
+ *   --profile DIR               run each workload under node --cpu-prof, profiles in DIR
+ *
+ * Each (backend, durability, workload) runs in its own child process, so
+ * one workload's memory and JIT state never colour the next, and RSS is
+ * the runner process's own. Prints one JSON line per result as it lands,
+ * then a table. Benchmarks only: nothing here is a test, nothing asserts
+ * a time.
+ */
+import { spawn } from 'node:child_process'
+import { fileURLToPath } from 'node:url'
+import type { Backend } from './backend.js'
+import { jsonLine, table, type Result } from './report.js'
+import { median } from './stats.js'
+import { postgresBackend, postgresUnavailable } from './backend-postgres.js'
+import { sqliteBackend } from './backend-sqlite.js'
+import * as work from './workloads.js'
+
+const WORKLOADS = ['drain', 'enqueue', 'latency', 'mixed', 'scale'] as const
+type Workload = (typeof WORKLOADS)[number]
+
+interface Options {
+  backends: ('sqlite' | 'postgres')[]
+  workloads: Workload[]
+  jobs: number
+  workers: number
+  samples: number
+  scaleRows: number
+  repeat: number
+  syncs: ('normal' | 'full')[]
+  floor: boolean
+  profile?: string
+}
+
+/** What one child process runs. */
+interface Unit {
+  backend: 'sqlite' | 'postgres'
+  sync: 'normal' | 'full'
+  workload: Workload
+}
+
+function parseArgs(argv: string[]): Options {
+  const o: Options = {
+    backends: ['sqlite', 'postgres'],
+    workloads: ['drain', 'enqueue', 'latency', 'mixed'],
+    jobs: 20_000,
+    workers: 10,
+    samples: 2_000,
+    scaleRows: 1_000_000,
+    repeat: 1,
+    syncs: ['normal', 'full'],
+    floor: true,
+  }
+  for (let i = 0; i < argv.length; i++) {
+    const arg = argv[i] as string
+    const [flag, inline] = arg.includes('=') ? (arg.split('=', 2) as [string, string]) : [arg, undefined]
+    const value = (): string => {
+      const v = inline ?? argv[++i]
+      if (v === undefined) usage(`${flag} needs a value`)
+      return v
+    }
+    const int = (): number => {
+      const n = Number(value())
+      if (!Number.isInteger(n) || n < 1) usage(`${flag} needs a positive integer`)
+      return n
+    }
+    switch (flag) {
+      case '--backend': {
+        const v = value()
+        if (v !== 'sqlite' && v !== 'postgres' && v !== 'both') usage('--backend is sqlite, postgres or both')
+        o.backends = v === 'both' ? ['sqlite', 'postgres'] : [v]
+        break
+      }
+      case '--workload': {
+        const names = value().split(',')
+        for (const n of names) if (n !== 'all' && !(WORKLOADS as readonly string[]).includes(n)) usage(`unknown workload ${n}`)
+        o.workloads = names.includes('all') ? [...WORKLOADS] : (names as Workload[])
+        break
+      }
+      case '--jobs': o.jobs = int(); break
+      case '--workers': o.workers = int(); break
+      case '--samples': o.samples = int(); break
+      case '--scale-rows': o.scaleRows = int(); break
+      case '--repeat': o.repeat = int(); break
+      case '--sync': {
+        const v = value()
+        if (v !== 'normal' && v !== 'full' && v !== 'both') usage('--sync is normal, full or both')
+        o.syncs = v === 'both' ? ['normal', 'full'] : [v]
+        break
+      }
+      case '--no-floor': o.floor = false; break
+      case '--profile': o.profile = value(); break
+      case '--help': usage()
+      // falls through: usage exits
+      default: usage(`unknown option ${arg}`)
+    }
+  }
+  return o
+}
+
+function usage(problem?: string): never {
+  if (problem) console.error(problem)
+  console.error('usage: npm run bench -- [--backend sqlite|postgres] [--workload drain|enqueue|latency|mixed|scale|all] [--jobs N] [--workers N]')
+  console.error('       [--samples N] [--scale-rows N] [--repeat N] [--sync normal|full|both] [--no-floor] [--profile DIR]')
+  process.exit(problem ? 2 : 0)
+}
+
+/** The issue's targets, for the default durability of each backend. */
+function target(r: Omit<Result, 'target' | 'target_met'>): { target: string; target_met: boolean } | undefined {
+  const isDefault = r.durability === 'synchronous=NORMAL' || r.durability === 'synchronous_commit=on'
+  if (!isDefault) return undefined
+  type Check = { target: string; met: (x: Omit<Result, 'target' | 'target_met'>) => boolean }
+  const targets: Record<string, Check> = {
+    'sqlite drain': { target: '>= 60000/s', met: (x) => x.jobs_per_s >= 60_000 },
+    'sqlite enqueue/sequential': { target: '>= 30000/s', met: (x) => x.jobs_per_s >= 30_000 },
+    'sqlite enqueue/concurrent': { target: '>= 100000/s', met: (x) => x.jobs_per_s >= 100_000 },
+    'sqlite enqueue/many': { target: '>= 200000/s', met: (x) => x.jobs_per_s >= 200_000 },
+    'sqlite latency': { target: 'p50 <= 0.3, p99 <= 2 ms', met: (x) => x.p50_ms <= 0.3 && x.p99_ms <= 2 },
+    'postgres drain': { target: '>= 30000/s', met: (x) => x.jobs_per_s >= 30_000 },
+    'postgres mixed': { target: '>= 5000/s', met: (x) => x.jobs_per_s >= 5_000 },
+    'postgres latency': { target: 'p50 <= 1.5, p99 <= 5 ms', met: (x) => x.p50_ms <= 1.5 && x.p99_ms <= 5 },
+    'sqlite scale': { target: '>= 0.9 x empty, rss <= 200 MB', met: scaleMet },
+    'postgres scale': { target: '>= 0.9 x empty, rss <= 200 MB', met: scaleMet },
+  }
+  const at = (key: string): Check | undefined => targets[key]
+  const t = at(`${r.backend} ${r.workload}${r.mode ? `/${r.mode}` : ''}`)
+  return t && { target: t.target, target_met: t.met(r) }
+}
+
+function scaleMet(r: Omit<Result, 'target' | 'target_met'>): boolean {
+  const ratio = r.extra?.['ratio_to_empty']
+  return typeof ratio === 'number' && ratio >= 0.9 && r.rss_mb <= 200
+}
+
+/** One library measurement with the floor measured beside it. */
+interface Sample {
+  m: work.Measurement
+  floor: { single: number; batched: number }
+  extra?: Record<string, number>
+}
+
+/** Runs one unit's repeats in this process and prints a `RESULT {json}` line per result. */
+async function runUnit(unit: Unit, o: Options): Promise<void> {
+  const backend: Backend = unit.backend === 'sqlite' ? sqliteBackend(unit.sync) : postgresBackend()
+  const f = backend.floors
+  const noFloor = { single: Number.NaN, batched: Number.NaN }
+  const rounds: Sample[][] = []
+  for (let rep = 0; rep < o.repeat; rep++) {
+    const round: Sample[] = []
+    const fresh = async <T>(fn: (s: Awaited<ReturnType<Backend['store']>>) => Promise<T>): Promise<T> => {
+      const s = await backend.store()
+      try {
+        return await fn(s)
+      } finally {
+        await s.drop()
+      }
+    }
+    switch (unit.workload) {
+      case 'drain': {
+        const floor = o.floor ? await f.drain(o.jobs, o.workers) : noFloor
+        round.push({ m: await fresh((s) => work.drain(s, o.jobs, o.workers)), floor })
+        break
+      }
+      case 'enqueue': {
+        const floor = o.floor ? await f.insert(o.jobs) : noFloor
+        for (const mode of ['sequential', 'concurrent', 'many'] as const) {
+          round.push({ m: await fresh((s) => work.enqueue(s, o.jobs, mode)), floor })
+        }
+        break
+      }
+      case 'latency': {
+        const lf = o.floor ? await f.latency(o.samples) : { p50: Number.NaN, p99: Number.NaN }
+        const m = await fresh((s) => work.latency(s, o.samples, o.workers))
+        // For latency the "floor" is insert-then-claim time; its ratio is library p50 over floor p50.
+        round.push({ m, floor: { single: 1000 / lf.p50, batched: Number.NaN }, extra: { floor_p50_ms: lf.p50, floor_p99_ms: lf.p99 } })
+        break
+      }
+      case 'mixed': {
+        const floor = o.floor ? await f.mixed(o.jobs, o.workers) : noFloor
+        round.push({ m: await fresh((s) => work.mixed(s, o.jobs, o.workers)), floor })
+        break
+      }
+      case 'scale': {
+        const empty = await backend.store()
+        const big = await backend.store()
+        try {
+          const m = await work.scale(empty, big, o.scaleRows, o.jobs, o.workers)
+          const floor = o.floor ? await f.drain(o.jobs, o.workers, o.scaleRows) : noFloor
+          round.push({ m, floor })
+        } finally {
+          await empty.drop()
+          await big.drop()
+        }
+        break
+      }
+    }
+    rounds.push(round)
+  }
+  const first: Sample[] = rounds[0] ?? []
+  first.forEach((sample, i) => {
+    const all = rounds.map((r) => r[i] as Sample)
+    const med = (pick: (x: Sample) => number): number => median(all.map(pick))
+    const jobsPerS = med((x) => x.m.jobs_per_s)
+    const floorSingle = med((x) => x.floor.single)
+    const floorBatched = med((x) => x.floor.batched)
+    const extraKeys = Object.keys({ ...sample.m.extra, ...sample.extra })
+    const extra = Object.fromEntries(extraKeys.map((k) => [k, med((x) => ({ ...x.m.extra, ...x.extra })[k] ?? Number.NaN)]))
+    const isLatency = unit.workload === 'latency'
+    const p50 = med((x) => x.m.p50_ms)
+    const base: Omit<Result, 'target' | 'target_met'> = {
+      backend: backend.name,
+      durability: backend.durability,
+      workload: unit.workload,
+      ...(sample.m.mode ? { mode: sample.m.mode } : {}),
+      jobs: sample.m.jobs,
+      workers: unit.workload === 'enqueue' ? 0 : o.workers,
+      jobs_per_s: jobsPerS,
+      p50_ms: p50,
+      p99_ms: med((x) => x.m.p99_ms),
+      rss_mb: med((x) => x.m.rss_mb),
+      floor_jobs_per_s: floorSingle,
+      ratio_to_floor: isLatency ? p50 / (extra['floor_p50_ms'] ?? Number.NaN) : jobsPerS / floorSingle,
+      floor_batched_jobs_per_s: floorBatched,
+      ratio_to_batched_floor: jobsPerS / floorBatched,
+      repeats: o.repeat,
+      ...(extraKeys.length > 0 ? { extra } : {}),
+    }
+    const t = target(base)
+    console.log('RESULT ' + JSON.stringify({ ...base, ...t }))
+  })
+}
+
+/** Runs a unit in a child process and collects its results; the child's other output passes through to stderr. */
+function runChild(unit: Unit, o: Options, argv: string[]): Promise<Result[]> {
+  const execArgv = [...process.execArgv]
+  if (o.profile) execArgv.push('--cpu-prof', `--cpu-prof-dir=${o.profile}`, `--cpu-prof-name=${unit.backend}-${unit.sync}-${unit.workload}-${Date.now()}.cpuprofile`)
+  const child = spawn(process.execPath, [...execArgv, fileURLToPath(import.meta.url), ...argv, '--child', JSON.stringify(unit)], {
+    stdio: ['ignore', 'pipe', 'inherit'],
+  })
+  const results: Result[] = []
+  let buffered = ''
+  child.stdout.setEncoding('utf8')
+  child.stdout.on('data', (chunk: string) => {
+    buffered += chunk
+    let nl: number
+    while ((nl = buffered.indexOf('\n')) >= 0) {
+      const line = buffered.slice(0, nl)
+      buffered = buffered.slice(nl + 1)
+      if (line.startsWith('RESULT ')) {
+        const r = JSON.parse(line.slice(7)) as Result
+        results.push(r)
+        console.log(jsonLine(r))
+      } else if (line.length > 0) console.error(line)
+    }
+  })
+  return new Promise((resolve) => {
+    child.on('close', (code) => {
+      if (code !== 0) console.error(`bench: ${unit.backend} ${unit.workload} (${unit.sync}) exited with code ${code}`)
+      resolve(results)
+    })
+  })
+}
+
+async function main(): Promise<void> {
+  const args = process.argv.slice(2)
+  const childAt = args.indexOf('--child')
+  if (childAt >= 0) {
+    const unit = JSON.parse(args[childAt + 1] as string) as Unit
+    const o = parseArgs(args.slice(0, childAt))
+    await runUnit(unit, o)
+    return
+  }
+  const o = parseArgs(args)
+  const units: Unit[] = []
+  for (const backend of o.backends) {
+    if (backend === 'postgres') {
+      const why = await postgresUnavailable()
+      if (why !== undefined) {
+        console.error(`bench: skipping postgres: ${why}`)
+        continue
+      }
+    }
+    for (const workload of o.workloads) {
+      if (backend === 'sqlite') {
+        // Scale is about table size, not fsync: run it at the default setting only.
+        for (const sync of workload === 'scale' ? (['normal'] as const) : o.syncs) units.push({ backend, sync, workload })
+      } else units.push({ backend, sync: 'normal', workload })
+    }
+  }
+  const started = performance.now()
+  const results: Result[] = []
+  for (const unit of units) {
+    console.error(`bench: ${unit.backend}${unit.backend === 'sqlite' ? ` synchronous=${unit.sync}` : ''} ${unit.workload} ...`)
+    results.push(...(await runChild(unit, o, args)))
+  }
+  console.log('')
+  console.log(table(results))
+  console.log(`\n${results.length} results in ${Math.round((performance.now() - started) / 1000)} s; jobs=${o.jobs} workers=${o.workers} repeat=${o.repeat}`)
+}
+
+await main()

@@ -1,0 +1,275 @@
+import diagnostics from 'node:diagnostics_channel'
+import type { StandardSchemaV1 } from '@standard-schema/spec'
+import { Runner, jobEndChannel, jobStartChannel, type Driver, type JobEvent, type Kind, type Logger } from 'jobtable'
+import type { Store } from './backend.js'
+import { percentile, RssSampler } from './stats.js'
+
+/** What a library workload measured; main.ts adds the floor beside it. */
+export interface Measurement {
+  readonly mode?: string
+  readonly jobs: number
+  readonly jobs_per_s: number
+  readonly p50_ms: number
+  readonly p99_ms: number
+  readonly rss_mb: number
+  readonly extra?: Record<string, number>
+}
+
+interface Payload {
+  n: number
+}
+
+/**
+ * A payload schema that accepts what it is given: the benchmark measures
+ * the queue, not a validator (zod or valibot add their own cost per job,
+ * at enqueue and again at claim).
+ */
+const anyPayload: StandardSchemaV1<Payload> = {
+  '~standard': { version: 1, vendor: 'jobtable-bench', validate: (value) => ({ value: value as Payload }) },
+}
+
+/** Warnings and errors to stderr, so stdout keeps only the table and the JSON lines. */
+const quietLogger: Logger = {
+  debug() {},
+  info() {},
+  warn: (fields, message) => console.error('warn', message, JSON.stringify(fields)),
+  error: (fields, message) => console.error('error', message, JSON.stringify(fields)),
+}
+
+/** A runner with one no-op kind, and a record of when each of its jobs started and ended. */
+class Harness {
+  readonly runner: Runner<Driver>
+  readonly kind: Kind<Payload, Driver>
+  readonly started = new Map<string, number>()
+  readonly ended = new Map<string, number>()
+  #waiters: { count: number; resolve: () => void }[] = []
+  #startWaiters = new Map<string, () => void>()
+  #onStart = (msg: unknown): void => {
+    const e = msg as JobEvent
+    if (e.runnerId !== this.runner.id) return
+    this.started.set(e.jobId, performance.now())
+    const w = this.#startWaiters.get(e.jobId)
+    if (w) {
+      this.#startWaiters.delete(e.jobId)
+      w()
+    }
+  }
+  #onEnd = (msg: unknown): void => {
+    const e = msg as JobEvent
+    if (e.runnerId !== this.runner.id) return
+    this.ended.set(e.jobId, performance.now())
+    this.#waiters = this.#waiters.filter((w) => {
+      if (this.ended.size < w.count) return true
+      w.resolve()
+      return false
+    })
+  }
+
+  constructor(driver: Driver, workers: number) {
+    this.runner = new Runner({ driver, workers, logger: quietLogger })
+    this.kind = this.runner.register('noop', { payload: anyPayload, handler: () => null })
+    diagnostics.subscribe(jobStartChannel.name, this.#onStart)
+    diagnostics.subscribe(jobEndChannel.name, this.#onEnd)
+  }
+
+  /** Resolves once `count` jobs of this runner have ended. */
+  untilEnded(count: number): Promise<void> {
+    if (this.ended.size >= count) return Promise.resolve()
+    return new Promise((resolve) => this.#waiters.push({ count, resolve }))
+  }
+
+  /** Resolves when the job's handler starts (call before it can start). */
+  untilStarted(id: string): Promise<void> {
+    if (this.started.has(id)) return Promise.resolve()
+    return new Promise((resolve) => this.#startWaiters.set(id, resolve))
+  }
+
+  /** start→end durations (ms) of every job that ended. */
+  runTimes(): number[] {
+    return [...this.ended].map(([id, end]) => end - (this.started.get(id) ?? end))
+  }
+
+  async close(): Promise<void> {
+    diagnostics.unsubscribe(jobStartChannel.name, this.#onStart)
+    diagnostics.unsubscribe(jobEndChannel.name, this.#onEnd)
+    await this.runner.close()
+  }
+}
+
+/** Pre-enqueues `jobs` with enqueueMany, then times the runner from start until all have ended. */
+export async function drain(store: Store, jobs: number, workers: number): Promise<Measurement> {
+  const h = new Harness(store.driver(), workers)
+  try {
+    for (let i = 0; i < jobs; i += 1000) {
+      await h.kind.enqueueMany(Array.from({ length: Math.min(1000, jobs - i) }, (_, j) => ({ n: i + j })))
+    }
+    const rss = new RssSampler()
+    const t0 = performance.now()
+    await h.runner.start()
+    await h.untilEnded(jobs)
+    const elapsed = performance.now() - t0
+    const rssMb = rss.maxMb
+    rss.stop()
+    await checkAllSucceeded(h, jobs)
+    const times = h.runTimes()
+    return { jobs, jobs_per_s: jobs / (elapsed / 1000), p50_ms: percentile(times, 50), p99_ms: percentile(times, 99), rss_mb: rssMb }
+  } finally {
+    await h.close()
+  }
+}
+
+/** Reads back a sample of ended jobs through the runner: the count is not trusted alone. */
+async function checkAllSucceeded(h: Harness, jobs: number): Promise<void> {
+  if (h.ended.size !== jobs) throw new Error(`expected ${jobs} ended jobs, saw ${h.ended.size}`)
+  const page = await h.runner.list({ status: 'queued', limit: 1 })
+  if (page.jobs.length > 0) throw new Error('jobs still queued after the drain')
+  const running = await h.runner.list({ status: 'running', limit: 1 })
+  if (running.jobs.length > 0) throw new Error('jobs still running after the drain')
+}
+
+export type EnqueueMode = 'sequential' | 'concurrent' | 'many'
+
+/**
+ * Enqueues `jobs` with no runner started: one awaited at a time, from 16
+ * concurrent producers, or with enqueueMany 1,000 at a time. Latencies are
+ * per call (per enqueueMany call for `many`).
+ */
+export async function enqueue(store: Store, jobs: number, mode: EnqueueMode): Promise<Measurement> {
+  const h = new Harness(store.driver(), 1)
+  try {
+    const times: number[] = []
+    const rss = new RssSampler()
+    const t0 = performance.now()
+    if (mode === 'sequential') {
+      for (let i = 0; i < jobs; i++) {
+        const s = performance.now()
+        await h.kind.enqueue({ n: i })
+        times.push(performance.now() - s)
+      }
+    } else if (mode === 'concurrent') {
+      const producers = 16
+      let next = 0
+      await Promise.all(
+        Array.from({ length: producers }, async () => {
+          while (next < jobs) {
+            const n = next++
+            const s = performance.now()
+            await h.kind.enqueue({ n })
+            times.push(performance.now() - s)
+          }
+        }),
+      )
+    } else {
+      for (let i = 0; i < jobs; i += 1000) {
+        const s = performance.now()
+        await h.kind.enqueueMany(Array.from({ length: Math.min(1000, jobs - i) }, (_, j) => ({ n: i + j })))
+        times.push(performance.now() - s)
+      }
+    }
+    const elapsed = performance.now() - t0
+    const rssMb = rss.maxMb
+    rss.stop()
+    const page = await h.runner.list({ status: 'queued', limit: 1 })
+    if (page.jobs.length !== 1) throw new Error('enqueued jobs are not stored')
+    return { mode, jobs, jobs_per_s: jobs / (elapsed / 1000), p50_ms: percentile(times, 50), p99_ms: percentile(times, 99), rss_mb: rssMb }
+  } finally {
+    await h.close()
+  }
+}
+
+/**
+ * Enqueue-to-handler-start with idle workers: one job at a time, each
+ * timed from the enqueue call to its handler's start, and allowed to end
+ * before the next, so every sample finds the workers idle.
+ */
+export async function latency(store: Store, samples: number, workers: number): Promise<Measurement> {
+  const h = new Harness(store.driver(), workers)
+  try {
+    await h.runner.start()
+    // Warm up the statements and the JIT; not counted.
+    for (let i = 0; i < 50; i++) {
+      const id = await h.kind.enqueue({ n: -1 })
+      await h.untilEnded(i + 1)
+      void id
+    }
+    const rss = new RssSampler()
+    const times: number[] = []
+    const t0 = performance.now()
+    for (let i = 0; i < samples; i++) {
+      const s = performance.now()
+      const id = await h.kind.enqueue({ n: i })
+      await h.untilStarted(id)
+      times.push((h.started.get(id) as number) - s)
+      await h.untilEnded(50 + i + 1)
+    }
+    const elapsed = performance.now() - t0
+    const rssMb = rss.maxMb
+    rss.stop()
+    return { jobs: samples, jobs_per_s: samples / (elapsed / 1000), p50_ms: percentile(times, 50), p99_ms: percentile(times, 99), rss_mb: rssMb }
+  } finally {
+    await h.close()
+  }
+}
+
+/**
+ * 4 producers enqueue one job at a time, awaited, while the workers run;
+ * timed from the first enqueue until every job has ended. Latency is
+ * enqueue call to end (final write landed).
+ */
+export async function mixed(store: Store, jobs: number, workers: number): Promise<Measurement> {
+  const h = new Harness(store.driver(), workers)
+  try {
+    await h.runner.start()
+    const enqueuedAt = new Map<string, number>()
+    const rss = new RssSampler()
+    const t0 = performance.now()
+    let next = 0
+    await Promise.all(
+      Array.from({ length: 4 }, async () => {
+        while (next < jobs) {
+          const n = next++
+          const s = performance.now()
+          enqueuedAt.set(await h.kind.enqueue({ n }), s)
+        }
+      }),
+    )
+    await h.untilEnded(jobs)
+    const elapsed = performance.now() - t0
+    const rssMb = rss.maxMb
+    rss.stop()
+    await checkAllSucceeded(h, jobs)
+    const times = [...h.ended].map(([id, end]) => end - (enqueuedAt.get(id) ?? end))
+    return { jobs, jobs_per_s: jobs / (elapsed / 1000), p50_ms: percentile(times, 50), p99_ms: percentile(times, 99), rss_mb: rssMb }
+  } finally {
+    await h.close()
+  }
+}
+
+/**
+ * Drains `jobs` on an empty table, then on a table that already holds
+ * `finishedRows` finished jobs (inserted with raw SQL), and reports the
+ * second rate, its ratio to the first, and the largest RSS across both.
+ */
+export async function scale(emptyStore: Store, bigStore: Store, finishedRows: number, jobs: number, workers: number): Promise<Measurement> {
+  const rss = new RssSampler()
+  const empty = await drain(emptyStore, jobs, workers)
+  const seedStart = performance.now()
+  await bigStore.seedFinished(finishedRows)
+  const seedSeconds = (performance.now() - seedStart) / 1000
+  const big = await drain(bigStore, jobs, workers)
+  const rssMb = Math.max(rss.maxMb, empty.rss_mb, big.rss_mb)
+  rss.stop()
+  return {
+    jobs,
+    jobs_per_s: big.jobs_per_s,
+    p50_ms: big.p50_ms,
+    p99_ms: big.p99_ms,
+    rss_mb: rssMb,
+    extra: {
+      finished_rows: finishedRows,
+      empty_jobs_per_s: empty.jobs_per_s,
+      ratio_to_empty: big.jobs_per_s / empty.jobs_per_s,
+      seed_s: seedSeconds,
+    },
+  }
+}
