@@ -28,8 +28,12 @@ export interface Listening {
   readonly server: Server
   /** The base URL, e.g. `http://127.0.0.1:8080`. */
   readonly url: string
-  /** Stops accepting, ends event streams and idle connections, and resolves once every connection has closed. */
-  close(): Promise<void>
+  /**
+   * Stops accepting, ends event streams, closes connections as they become
+   * idle and resolves once all have closed; connections still busy after
+   * `graceMs` (default 10 000) are cut.
+   */
+  close(graceMs?: number): Promise<void>
 }
 
 /** Thrown by `listen` for a non-loopback address without authentication. */
@@ -89,9 +93,18 @@ export async function listen(api: Api, options: ListenOptions = {}): Promise<Lis
   return {
     server,
     url: `http://${shown}:${address.port}`,
-    close: () =>
+    close: (graceMs = 10_000) =>
       (closed ??= new Promise<void>((resolve) => {
-        server.close(() => resolve())
+        // A connection becomes idle only when its response ends (an event
+        // stream ends just after api.close()), so look again until all are
+        // gone, and cut what is left once the grace period is over.
+        const sweep = setInterval(() => server.closeIdleConnections(), 25)
+        const cut = setTimeout(() => server.closeAllConnections(), graceMs)
+        server.close(() => {
+          clearInterval(sweep)
+          clearTimeout(cut)
+          resolve()
+        })
         api.close()
         server.closeIdleConnections()
       })),
