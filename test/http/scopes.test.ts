@@ -28,7 +28,7 @@ describe.each(backends)('$name: access control', (backend) => {
     const { api, runner } = await setup()
     const id = await runner.enqueue('echo', { n: 1 }, { scope: 'household-a' })
     for (const header of [undefined, 'Basic dXNlcjpwYXNz', 'Bearer', `Bearer ${TOKEN_A}x`, `Bearer ${TOKEN_A.slice(0, -1)}`, TOKEN_A]) {
-      const headers = header ? { authorization: header } : {}
+      const headers: Record<string, string> = header ? { authorization: header } : {}
       for (const [method, path] of [
         ['GET', '/api/v1/jobs'],
         ['POST', '/api/v1/jobs'],
@@ -79,7 +79,7 @@ describe.each(backends)('$name: access control', (backend) => {
         const read = await api.get(`/api/v1/jobs/${id}`, token)
         expect(read.status).toBe(404)
         expect(read.text).toBe(missing.text) // byte for byte
-        expect([...read.headers.keys()].sort()).toEqual([...missing.headers.keys()].sort())
+        expect(headerNames(read.headers)).toEqual(headerNames(missing.headers))
         const events = await api.get(`/api/v1/jobs/${id}/events`, token)
         expect(events.text).toBe(missingEvents.text)
       }
@@ -117,3 +117,9 @@ describe.each(backends)('$name: access control', (backend) => {
     expect((await api.get('/api/v1/jobs')).json.jobs.map((j: { id: string }) => j.id)).toEqual([plain])
   })
 })
+
+function headerNames(headers: Headers): string[] {
+  const names: string[] = []
+  headers.forEach((_v, name) => names.push(name))
+  return names.filter((n) => n !== 'date').sort()
+}
