@@ -10,7 +10,7 @@
  *   --repeat N                  repeats per measurement, medians reported; default 1
  *   --sync normal|full|both     SQLite durability settings to run, default both
  *   --no-floor                  skip the raw-SQL floors (for profiling)
- *   --profile DIR               run each workload under node --cpu-prof, profiles in DIR
+ *   --profile DIR               CPU-profile each timed section into DIR (see bench/profile-summary.ts)
  *
  * Each (backend, durability, workload) runs in its own child process, so
  * one workload's memory and JIT state never colour the next, and RSS is
@@ -19,12 +19,15 @@
  * a time.
  */
 import { spawn } from 'node:child_process'
+import { mkdirSync } from 'node:fs'
+import { resolve } from 'node:path'
 import { fileURLToPath } from 'node:url'
 import type { Backend } from './backend.js'
 import { jsonLine, table, type Result } from './report.js'
 import { median } from './stats.js'
 import { postgresBackend, postgresUnavailable } from './backend-postgres.js'
 import { sqliteBackend } from './backend-sqlite.js'
+import { profileLabel } from './profiler.js'
 import * as work from './workloads.js'
 
 const WORKLOADS = ['drain', 'enqueue', 'latency', 'mixed', 'scale'] as const
@@ -153,6 +156,7 @@ interface Sample {
 /** Runs one unit's repeats in this process and prints a `RESULT {json}` line per result. */
 async function runUnit(unit: Unit, o: Options): Promise<void> {
   const backend: Backend = unit.backend === 'sqlite' ? sqliteBackend(unit.sync) : postgresBackend()
+  profileLabel(`${unit.backend}${unit.backend === 'sqlite' ? `-${unit.sync}` : ''}-${unit.workload}`)
   const f = backend.floors
   const noFloor = { single: Number.NaN, batched: Number.NaN }
   const rounds: Sample[][] = []
@@ -243,10 +247,14 @@ async function runUnit(unit: Unit, o: Options): Promise<void> {
 
 /** Runs a unit in a child process and collects its results; the child's other output passes through to stderr. */
 function runChild(unit: Unit, o: Options, argv: string[]): Promise<Result[]> {
-  const execArgv = [...process.execArgv]
-  if (o.profile) execArgv.push('--cpu-prof', `--cpu-prof-dir=${o.profile}`, `--cpu-prof-name=${unit.backend}-${unit.sync}-${unit.workload}-${Date.now()}.cpuprofile`)
-  const child = spawn(process.execPath, [...execArgv, fileURLToPath(import.meta.url), ...argv, '--child', JSON.stringify(unit)], {
+  const env = { ...process.env }
+  if (o.profile) {
+    mkdirSync(o.profile, { recursive: true })
+    env['JOBTABLE_BENCH_PROFILE'] = resolve(o.profile)
+  }
+  const child = spawn(process.execPath, [...process.execArgv, fileURLToPath(import.meta.url), ...argv, '--child', JSON.stringify(unit)], {
     stdio: ['ignore', 'pipe', 'inherit'],
+    env,
   })
   const results: Result[] = []
   let buffered = ''
@@ -264,10 +272,10 @@ function runChild(unit: Unit, o: Options, argv: string[]): Promise<Result[]> {
       } else if (line.length > 0) console.error(line)
     }
   })
-  return new Promise((resolve) => {
+  return new Promise((done) => {
     child.on('close', (code) => {
       if (code !== 0) console.error(`bench: ${unit.backend} ${unit.workload} (${unit.sync}) exited with code ${code}`)
-      resolve(results)
+      done(results)
     })
   })
 }

@@ -2,6 +2,7 @@ import diagnostics from 'node:diagnostics_channel'
 import type { StandardSchemaV1 } from '@standard-schema/spec'
 import { Runner, jobEndChannel, jobStartChannel, type Driver, type JobEvent, type Kind, type Logger } from 'jobtable'
 import type { Store } from './backend.js'
+import { profileStart, profileStop } from './profiler.js'
 import { percentile, RssSampler } from './stats.js'
 
 /** What a library workload measured; main.ts adds the floor beside it. */
@@ -97,17 +98,19 @@ class Harness {
 }
 
 /** Pre-enqueues `jobs` with enqueueMany, then times the runner from start until all have ended. */
-export async function drain(store: Store, jobs: number, workers: number): Promise<Measurement> {
+export async function drain(store: Store, jobs: number, workers: number, profilePart?: string): Promise<Measurement> {
   const h = new Harness(store.driver(), workers)
   try {
     for (let i = 0; i < jobs; i += 1000) {
       await h.kind.enqueueMany(Array.from({ length: Math.min(1000, jobs - i) }, (_, j) => ({ n: i + j })))
     }
     const rss = new RssSampler()
+    await profileStart()
     const t0 = performance.now()
     await h.runner.start()
     await h.untilEnded(jobs)
     const elapsed = performance.now() - t0
+    await profileStop(profilePart)
     const rssMb = rss.maxMb
     rss.stop()
     await checkAllSucceeded(h, jobs)
@@ -139,6 +142,7 @@ export async function enqueue(store: Store, jobs: number, mode: EnqueueMode): Pr
   try {
     const times: number[] = []
     const rss = new RssSampler()
+    await profileStart()
     const t0 = performance.now()
     if (mode === 'sequential') {
       for (let i = 0; i < jobs; i++) {
@@ -167,6 +171,7 @@ export async function enqueue(store: Store, jobs: number, mode: EnqueueMode): Pr
       }
     }
     const elapsed = performance.now() - t0
+    await profileStop(mode)
     const rssMb = rss.maxMb
     rss.stop()
     const page = await h.runner.list({ status: 'queued', limit: 1 })
@@ -194,6 +199,7 @@ export async function latency(store: Store, samples: number, workers: number): P
     }
     const rss = new RssSampler()
     const times: number[] = []
+    await profileStart()
     const t0 = performance.now()
     for (let i = 0; i < samples; i++) {
       const s = performance.now()
@@ -203,6 +209,7 @@ export async function latency(store: Store, samples: number, workers: number): P
       await h.untilEnded(50 + i + 1)
     }
     const elapsed = performance.now() - t0
+    await profileStop()
     const rssMb = rss.maxMb
     rss.stop()
     return { jobs: samples, jobs_per_s: samples / (elapsed / 1000), p50_ms: percentile(times, 50), p99_ms: percentile(times, 99), rss_mb: rssMb }
@@ -222,6 +229,7 @@ export async function mixed(store: Store, jobs: number, workers: number): Promis
     await h.runner.start()
     const enqueuedAt = new Map<string, number>()
     const rss = new RssSampler()
+    await profileStart()
     const t0 = performance.now()
     let next = 0
     await Promise.all(
@@ -235,6 +243,7 @@ export async function mixed(store: Store, jobs: number, workers: number): Promis
     )
     await h.untilEnded(jobs)
     const elapsed = performance.now() - t0
+    await profileStop()
     const rssMb = rss.maxMb
     rss.stop()
     await checkAllSucceeded(h, jobs)
@@ -252,11 +261,11 @@ export async function mixed(store: Store, jobs: number, workers: number): Promis
  */
 export async function scale(emptyStore: Store, bigStore: Store, finishedRows: number, jobs: number, workers: number): Promise<Measurement> {
   const rss = new RssSampler()
-  const empty = await drain(emptyStore, jobs, workers)
+  const empty = await drain(emptyStore, jobs, workers, 'empty')
   const seedStart = performance.now()
   await bigStore.seedFinished(finishedRows)
   const seedSeconds = (performance.now() - seedStart) / 1000
-  const big = await drain(bigStore, jobs, workers)
+  const big = await drain(bigStore, jobs, workers, 'big')
   const rssMb = Math.max(rss.maxMb, empty.rss_mb, big.rss_mb)
   rss.stop()
   return {
