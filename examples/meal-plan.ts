@@ -1,7 +1,9 @@
 /**
  * A small household app's background work on an embedded SQLite file:
  * a meal-plan job that publishes each day as a partial result, and a
- * recipe import that fails with a code it declared. Run with `npm start`.
+ * recipe import that fails with a code it declared. Run it alone with
+ * `npx tsx --conditions=source examples/meal-plan.ts`, or as the kinds of
+ * the `jobtable serve` command with `npm start`, which also calls demo().
  */
 import { z } from 'zod'
 import { Runner, type Job } from 'jobtable'
@@ -19,6 +21,8 @@ export function registerKinds(runner: Runner) {
     // Only the days are public; the cost stays in this process.
     result: (plan: MealPlan) => ({ days: plan.days }),
     failures: ['provider_unavailable'],
+    // The household's browser asks for its meal plan over HTTP.
+    enqueueOverHttp: true,
     handler: async ({ days }, job) => {
       const dinners = ['lentil soup', 'risotto', 'tacos', 'curry', 'pasta', 'stir fry', 'pizza']
       const plan: MealPlan = { days: [], providerCostCents: 0 }
@@ -37,6 +41,7 @@ export function registerKinds(runner: Runner) {
     payload: z.strictObject({ url: z.url() }),
     result: (recipe: { title: string }) => recipe,
     failures: ['no_recipe_found'],
+    enqueueOverHttp: true,
     handler: async ({ url }, job) => {
       // A real import would fetch the page; this one finds nothing there.
       if (new URL(url).pathname === '/') return job.fail('no_recipe_found')
@@ -46,16 +51,13 @@ export function registerKinds(runner: Runner) {
   return { mealPlan, importRecipe }
 }
 
-async function main(): Promise<void> {
-  const path = process.env.JOBTABLE_DB ?? 'jobtable-example.db'
-  await using runner = new Runner({ driver: sqlite({ path }), workers: 4 })
-  const { mealPlan, importRecipe } = registerKinds(runner)
-  await runner.start()
-
-  const planId = await mealPlan.enqueue({ household: 'h1', days: 3 })
-  const importId = await importRecipe.enqueue({ url: 'https://recipes.example/' })
-  console.log(`enqueued meal_plan ${planId} and import_recipe ${importId} in ${path}`)
-
+/**
+ * Enqueues a meal plan and a recipe import that fails, and prints what
+ * get() shows each time either changes, until both have finished.
+ */
+async function watch(runner: Runner, enqueue: () => Promise<[string, string]>, where: string): Promise<void> {
+  const [planId, importId] = await enqueue()
+  console.log(`enqueued meal_plan ${planId} and import_recipe ${importId} ${where}`)
   const show = (job: Job) => console.log(`${job.kind.padEnd(13)} ${job.status.padEnd(9)} result=${JSON.stringify(job.result)} error=${job.error}`)
   let last = ''
   for (;;) {
@@ -69,6 +71,38 @@ async function main(): Promise<void> {
     if (plan.status !== 'queued' && plan.status !== 'running' && imported.status !== 'queued' && imported.status !== 'running') break
     await new Promise((resolve) => setTimeout(resolve, 10))
   }
+}
+
+/**
+ * What `npm start` (`jobtable serve --kinds examples/meal-plan.ts --demo`)
+ * runs once the API is up: the same two jobs as main(), then a hint of the
+ * curl commands that reach the API.
+ */
+export async function demo(runner: Runner, { url }: { url: string }): Promise<void> {
+  await watch(
+    runner,
+    async () => [
+      await runner.enqueue('meal_plan', { household: 'h1', days: 3 }),
+      await runner.enqueue('import_recipe', { url: 'https://recipes.example/' }),
+    ],
+    'through the runner',
+  )
+  console.log(`\nThe API is at ${url}/api/v1/jobs. Try:
+  curl -s ${url}/api/v1/jobs
+  curl -s -X POST ${url}/api/v1/jobs -H 'content-type: application/json' -d '{"kind":"meal_plan","payload":{"household":"h1","days":5}}'
+Press Ctrl-C to stop.`)
+}
+
+async function main(): Promise<void> {
+  const path = process.env.JOBTABLE_DB ?? 'jobtable-example.db'
+  await using runner = new Runner({ driver: sqlite({ path }), workers: 4 })
+  const { mealPlan, importRecipe } = registerKinds(runner)
+  await runner.start()
+  await watch(
+    runner,
+    async () => [await mealPlan.enqueue({ household: 'h1', days: 3 }), await importRecipe.enqueue({ url: 'https://recipes.example/' })],
+    `in ${path}`,
+  )
 }
 
 if (import.meta.url === `file://${process.argv[1]}`) await main()

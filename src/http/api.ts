@@ -9,7 +9,7 @@ import {
   type JobStatus,
   type Logger,
   type Runner,
-} from 'jobtable'
+} from '../index.js'
 import { isRefusal, type Authorize } from './auth.js'
 import { readJsonBody } from './body.js'
 import { eventStream } from './events.js'

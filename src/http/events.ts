@@ -1,4 +1,4 @@
-import { DatabaseError, JobNotFoundError, jobEndChannel, type Job, type Runner } from 'jobtable'
+import { DatabaseError, JobNotFoundError, jobEndChannel, type Job, type Runner } from '../index.js'
 import { TERMINAL, jobBody } from './job-body.js'
 
 /** How a job's event stream is fed; see createApi's options. */

@@ -1,4 +1,4 @@
-import type { Job } from 'jobtable'
+import type { Job } from '../index.js'
 
 /** The statuses after which a job never changes again. */
 export const TERMINAL: ReadonlySet<string> = new Set(['succeeded', 'failed'])

@@ -1,0 +1,71 @@
+import { JOB_STATUSES, JobNotFoundError, type JobStatus } from '../index.js'
+import { COMMON_FLAGS, databaseOf, loggerFor, openRunner, type CliContext } from './runtime.js'
+import { CliFailure, EXIT, HELP, intFlag, parse, UsageError } from './usage.js'
+
+/** `jobtable jobs list|show <id>`: jobs as JSON on stdout, for operators. */
+export async function jobs(ctx: CliContext): Promise<number> {
+  const { values, positionals } = parse(
+    ctx.args,
+    {
+      ...COMMON_FLAGS,
+      scope: { type: 'string' },
+      status: { type: 'string' },
+      kind: { type: 'string' },
+      limit: { type: 'string' },
+      cursor: { type: 'string' },
+    },
+    true,
+  )
+  if (values.help) {
+    ctx.stdout.write(HELP.jobs)
+    return EXIT.ok
+  }
+  const [action, id, ...extra] = positionals
+  if (action !== 'list' && action !== 'show') throw new UsageError('expected jobs list or jobs show <id>')
+  if (extra.length > 0) throw new UsageError(`unexpected argument ${JSON.stringify(extra[0])}`)
+  if (action === 'show' && id === undefined) throw new UsageError('jobs show needs a job id')
+  if (action === 'list' && id !== undefined) throw new UsageError('jobs list takes no positional argument')
+  if (values.status !== undefined && !(JOB_STATUSES as readonly string[]).includes(values.status)) {
+    throw new UsageError('--status must be one of ' + JOB_STATUSES.join(', '))
+  }
+  const limit = intFlag('limit', values.limit, 50, 1, 1000)
+  const logger = loggerFor(values['log-level'] ?? 'warn')
+  const runner = await openRunner(databaseOf(values.database, ctx.env), 1, logger)
+  const pretty = (value: unknown) => JSON.stringify(value, null, (ctx.stdout as NodeJS.WriteStream).isTTY ? 2 : undefined) + '\n'
+  try {
+    if (action === 'show') {
+      try {
+        ctx.stdout.write(pretty(await runner.get(id!, values.scope === undefined ? {} : { scope: values.scope })))
+      } catch (err) {
+        if (err instanceof JobNotFoundError) throw new CliFailure(`job not found`)
+        throw err
+      }
+    } else {
+      const page = await runner.list({
+        ...(values.scope === undefined ? {} : { scope: values.scope }),
+        ...(values.status === undefined ? {} : { status: values.status as JobStatus }),
+        ...(values.kind === undefined ? {} : { kind: values.kind }),
+        ...(values.cursor === undefined ? {} : { cursor: values.cursor }),
+        limit,
+      })
+      ctx.stdout.write(pretty(page))
+    }
+    return EXIT.ok
+  } finally {
+    await runner.close()
+  }
+}
+
+/** `jobtable migrate`: opens the database, which applies every pending migration, and closes it. */
+export async function migrate(ctx: CliContext): Promise<number> {
+  const { values } = parse(ctx.args, COMMON_FLAGS)
+  if (values.help) {
+    ctx.stdout.write(HELP.migrate)
+    return EXIT.ok
+  }
+  const logger = loggerFor(values['log-level'])
+  const runner = await openRunner(databaseOf(values.database, ctx.env), 1, logger)
+  await runner.close()
+  logger.info('the database schema is up to date')
+  return EXIT.ok
+}

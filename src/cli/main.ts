@@ -1,0 +1,10 @@
+#!/usr/bin/env node
+/**
+ * The `jobtable` command: `serve`, `worker`, `migrate` and `jobs`. See
+ * `jobtable --help`, and docs/http.md.
+ */
+import { run } from './run.js'
+
+const code = await run(process.argv.slice(2), { stdout: process.stdout, stderr: process.stderr, env: process.env })
+// Let stdout drain, then exit even if a user's kinds module left a timer behind.
+process.stdout.write('', () => process.exit(code))

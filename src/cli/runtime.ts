@@ -1,0 +1,39 @@
+import type { Logger as Pino } from 'pino'
+import { Runner } from '../index.js'
+import { describeDatabase, DEFAULT_DATABASE, openDriver } from './database.js'
+import { cliLogger, isLogLevel } from './logger.js'
+import { UsageError } from './usage.js'
+
+/** What every command is given: its arguments, its output, and its environment. */
+export interface CliContext {
+  readonly args: string[]
+  readonly stdout: NodeJS.WritableStream
+  readonly env: NodeJS.ProcessEnv
+}
+
+/** The flags every command that opens the database shares. */
+export const COMMON_FLAGS = {
+  database: { type: 'string', short: 'd' },
+  'log-level': { type: 'string' },
+} as const
+
+/** The logger a --log-level value asks for; a bad level is a usage error. */
+export function loggerFor(level: string | undefined): Pino {
+  const chosen = level ?? 'info'
+  if (!isLogLevel(chosen)) throw new UsageError('--log-level must be debug, info, warn or error')
+  return cliLogger(chosen)
+}
+
+/** The --database value, falling back to JOBTABLE_DATABASE, then the default file. */
+export function databaseOf(flag: string | undefined, env: NodeJS.ProcessEnv): string {
+  const database = flag ?? env.JOBTABLE_DATABASE ?? DEFAULT_DATABASE
+  if (database.trim() === '') throw new UsageError('--database must not be empty')
+  return database
+}
+
+/** Opens a runner on the database (applying migrations), logging where, never a password. */
+export async function openRunner(database: string, workers: number, logger: Pino): Promise<Runner> {
+  const driver = await openDriver(database)
+  logger.debug({ database: describeDatabase(database), driver: driver.name }, 'database open')
+  return new Runner({ driver, workers: Math.max(workers, 1), logger })
+}

@@ -1,0 +1,116 @@
+import { createApi, bearerTokens, isLoopback, listen, type Api, type Listening } from '../http/index.js'
+import type { Runner } from '../index.js'
+import { describeDatabase } from './database.js'
+import { loadKinds, type KindsModule } from './kinds.js'
+import { COMMON_FLAGS, databaseOf, loggerFor, openRunner, type CliContext } from './runtime.js'
+import { firstSignal } from './signals.js'
+import { readTokens } from './tokens.js'
+import { EXIT, HELP, intFlag, parse, UsageError } from './usage.js'
+
+/**
+ * `jobtable serve` and `jobtable worker`: the API and workers together, or
+ * workers only. Resolves to the exit code once stopped: 0 after a signal,
+ * 1 when the workers stopped on a database error.
+ */
+export async function serve(ctx: CliContext, mode: 'serve' | 'worker'): Promise<number> {
+  const { values } = parse(ctx.args, {
+    ...COMMON_FLAGS,
+    kinds: { type: 'string', short: 'k' },
+    workers: { type: 'string', short: 'w' },
+    ...(mode === 'serve'
+      ? {
+          host: { type: 'string' },
+          port: { type: 'string', short: 'p' },
+          'tokens-file': { type: 'string' },
+          'max-connections': { type: 'string' },
+          demo: { type: 'boolean' },
+        }
+      : {}),
+  })
+  if (values.help) {
+    ctx.stdout.write(HELP[mode])
+    return EXIT.ok
+  }
+  const v = values as Record<string, string | boolean | undefined>
+  const str = (name: string) => (typeof v[name] === 'string' ? (v[name] as string) : undefined)
+  const workers = intFlag('workers', str('workers'), 4, mode === 'serve' ? 0 : 1, 1000)
+  const host = str('host') ?? '127.0.0.1'
+  const port = intFlag('port', str('port'), 8080, 0, 65535)
+  const maxConnections = intFlag('max-connections', str('max-connections'), 256, 1, 100_000)
+  const kindsPath = str('kinds')
+  if (kindsPath === undefined && workers > 0) {
+    throw new UsageError('--kinds is required: a worker without the kinds would fail every job it claims with unknown_kind')
+  }
+  if (v.demo === true && kindsPath === undefined) throw new UsageError('--demo needs --kinds')
+  const database = databaseOf(str('database'), ctx.env)
+  const logger = loggerFor(str('log-level'))
+  const tokens = mode === 'serve' ? readTokens(str('tokens-file'), ctx.env.JOBTABLE_TOKENS, (m) => logger.warn(m)) : undefined
+  if (mode === 'serve' && tokens === undefined && !isLoopback(host)) {
+    throw new UsageError(`refusing to listen on ${host} without authentication: give --tokens-file (or JOBTABLE_TOKENS), or bind 127.0.0.1`)
+  }
+  const authorize = tokens === undefined ? undefined : bearerTokens(tokens)
+
+  const kinds: KindsModule | undefined = kindsPath === undefined ? undefined : await loadKinds(kindsPath)
+  if (v.demo === true && typeof kinds?.demo !== 'function') throw new UsageError(`--demo needs ${kindsPath} to export demo(runner, { url })`)
+  const signals = firstSignal((signal) => logger.warn({ signal }, 'second signal: exiting at once'))
+  const runner = await openRunner(database, workers, logger)
+  let listening: Listening | undefined
+  let api: Api | undefined
+  try {
+    kinds?.registerKinds(runner)
+    if (workers > 0) await runner.start()
+    if (mode === 'serve') {
+      const inner = createApi({ runner, authorize, logger })
+      api = { ...inner, fetch: accessLogged(inner, logger) }
+      listening = await listen(api, { host, port, authenticated: authorize !== undefined, maxConnections })
+      logger.info({ url: listening.url, database: describeDatabase(database), workers, auth: authorize ? 'bearer' : 'none' }, `jobtable serving ${listening.url}/api/v1/jobs`)
+      ctx.stdout.write(`jobtable API at ${listening.url}/api/v1/jobs (OpenAPI: ${listening.url}/api/v1/openapi.json)\n`)
+    } else {
+      logger.info({ database: describeDatabase(database), workers }, 'jobtable worker running')
+    }
+    if (v.demo === true && listening) void runDemo(kinds!, runner, listening.url, logger)
+    const outcome = await Promise.race([
+      signals.stopped.then((signal) => ({ signal })),
+      workers > 0 ? runner.wait().then(() => ({ failed: undefined }), (err: unknown) => ({ failed: err })) : new Promise<never>(() => {}),
+    ])
+    if ('signal' in outcome) logger.info({ signal: outcome.signal }, 'stopping: waiting for running jobs (a second signal exits at once)')
+    else logger.error({ error: errorName(outcome.failed) }, 'workers stopped on a database error')
+    await listening?.close()
+    await runner.close()
+    logger.info('stopped')
+    return 'signal' in outcome ? EXIT.ok : EXIT.failure
+  } catch (err) {
+    await listening?.close().catch(() => undefined)
+    await runner.close().catch(() => undefined)
+    throw err
+  } finally {
+    signals.dispose()
+  }
+}
+
+/** Wraps the API's fetch with one log line per request: method, path, status, milliseconds; never headers, query or body. */
+function accessLogged(api: Api, logger: ReturnType<typeof loggerFor>): Api['fetch'] {
+  return async (request) => {
+    const started = performance.now()
+    const response = await api.fetch(request)
+    const path = new URL(request.url).pathname
+    logger.info({ method: request.method, path, status: response.status, ms: Math.round(performance.now() - started) }, 'request')
+    return response
+  }
+}
+
+async function runDemo(kinds: KindsModule, runner: Runner, url: string, logger: ReturnType<typeof loggerFor>): Promise<void> {
+  try {
+    await kinds.demo!(runner, { url })
+  } catch (err) {
+    logger.error({ error: errorName(err) }, 'demo failed')
+  }
+}
+
+function errorName(err: unknown): string {
+  if (err instanceof Error) {
+    const code = (err as { code?: unknown }).code
+    return typeof code === 'string' ? `${err.name} (${code})` : err.name
+  }
+  return typeof err
+}

@@ -1,0 +1,122 @@
+import { parseArgs, type ParseArgsConfig } from 'node:util'
+
+/** Exit codes of the `jobtable` command. */
+export const EXIT = {
+  /** Done, or stopped gracefully by a signal. */
+  ok: 0,
+  /** A runtime failure: the database, the kinds module, a job not found. */
+  failure: 1,
+  /** The command line itself is wrong: an unknown flag, a bad value, a public address without tokens. */
+  usage: 2,
+} as const
+
+/** A mistake in the command line; the process exits with EXIT.usage after printing it and a pointer to --help. */
+export class UsageError extends Error {
+  override readonly name = 'UsageError'
+}
+
+/** A runtime failure whose message is safe to print as it is. */
+export class CliFailure extends Error {
+  override readonly name = 'CliFailure'
+}
+
+/** The flags and positionals parse() found; every command also has --help. */
+export interface Parsed<O> {
+  readonly values: { readonly [K in keyof O]?: O[K] extends { type: 'boolean' } ? boolean : string } & { readonly help?: boolean }
+  readonly positionals: string[]
+}
+
+/** Parses a command's flags with node:util parseArgs, turning its errors into UsageError. */
+export function parse<O extends NonNullable<ParseArgsConfig['options']>>(args: string[], options: O, allowPositionals = false): Parsed<O> {
+  try {
+    return parseArgs({ args, options: { ...options, help: { type: 'boolean', short: 'h' } }, allowPositionals, strict: true }) as Parsed<O>
+  } catch (err) {
+    throw new UsageError(err instanceof Error ? err.message.split('\n')[0]! : 'invalid arguments')
+  }
+}
+
+/** An integer flag within [min, max], or the default when absent. */
+export function intFlag(name: string, value: string | undefined, fallback: number, min: number, max: number): number {
+  if (value === undefined) return fallback
+  const n = /^\d+$/.test(value) ? Number(value) : NaN
+  if (!(n >= min && n <= max)) throw new UsageError(`--${name} must be an integer from ${min} to ${max}`)
+  return n
+}
+
+const DATABASE = `  -d, --database <path|url>  SQLite file or postgres:// URL (env JOBTABLE_DATABASE; default ./jobtable.db)`
+const LOG = `      --log-level <level>    debug, info, warn or error (default info); logs go to stderr,
+                             readable in a terminal, JSON lines otherwise`
+
+/** The help text of each command. */
+export const HELP = {
+  main: `Usage: jobtable <command> [options]
+
+Durable background jobs in which a database table is the queue.
+
+Commands:
+  serve     the HTTP API and workers together
+  worker    workers only
+  migrate   create or upgrade the job tables, then exit
+  jobs      list or show jobs (jobs list, jobs show <id>)
+
+Run jobtable <command> --help for a command's options.
+
+Exit codes: 0 ok, 1 runtime failure, 2 usage error.
+`,
+  serve: `Usage: jobtable serve [options]
+
+Serves the HTTP API (/api/v1/jobs) and runs workers in one process.
+SIGTERM or SIGINT stops gracefully; a second signal exits at once.
+
+Options:
+${DATABASE}
+  -k, --kinds <module>       module exporting registerKinds(runner); required unless --workers 0
+      --host <address>       address to bind (default 127.0.0.1); any non-loopback address
+                             needs bearer tokens
+  -p, --port <port>          port (default 8080; 0 picks a free one)
+  -w, --workers <n>          concurrent jobs (default 4; 0 serves the API without workers)
+      --tokens-file <path>   JSON file {"<token>": "<scope>", ...}: each bearer token and the
+                             scope its holder owns (env JOBTABLE_TOKENS holds the same JSON)
+      --max-connections <n>  connections held at once (default 256)
+      --demo                 also run the kinds module's demo(runner, { url }) export
+${LOG}
+  -h, --help                 this help
+`,
+  worker: `Usage: jobtable worker --kinds <module> [options]
+
+Runs workers only: claims queued jobs from the database and runs them.
+SIGTERM or SIGINT stops gracefully; a second signal exits at once.
+
+Options:
+${DATABASE}
+  -k, --kinds <module>       module exporting registerKinds(runner) (required)
+  -w, --workers <n>          concurrent jobs (default 4)
+${LOG}
+  -h, --help                 this help
+`,
+  migrate: `Usage: jobtable migrate [options]
+
+Creates the job tables, or upgrades them to this version's schema, then exits.
+A database made by a newer jobtable is refused and left untouched.
+
+Options:
+${DATABASE}
+${LOG}
+  -h, --help                 this help
+`,
+  jobs: `Usage: jobtable jobs list [options]
+       jobtable jobs show <id> [options]
+
+Shows jobs as JSON on stdout, across every scope unless --scope is given.
+
+Options:
+${DATABASE}
+      --scope <scope>        only jobs of this owner scope
+      --status <status>      list: queued, running, succeeded or failed
+      --kind <kind>          list: only this kind
+      --limit <n>            list: page size, 1 to 1000 (default 50)
+      --cursor <cursor>      list: the nextCursor of the previous page
+${LOG}
+  -h, --help                 this help
+`,
+} as const
