@@ -53,6 +53,10 @@ export async function serve(ctx: CliContext, mode: 'serve' | 'worker'): Promise<
   const kinds: KindsModule | undefined = kindsPath === undefined ? undefined : await loadKinds(kindsPath)
   if (v.demo === true && typeof kinds?.demo !== 'function') throw new UsageError(`--demo needs ${kindsPath} to export demo(runner, { url })`)
   const signals = firstSignal((signal) => logger.warn({ signal }, 'second signal: exiting at once'))
+  // An idle runner holds no timer or socket (it waits on wake calls), and a
+  // handler may wait on nothing Node counts: keep the process alive until
+  // it has stopped, so it ends by a signal, not by an empty event loop.
+  const keepAlive = setInterval(() => {}, 1 << 30)
   const runner = await openRunner(database, workers, logger)
   let listening: Listening | undefined
   let api: Api | undefined
@@ -84,6 +88,7 @@ export async function serve(ctx: CliContext, mode: 'serve' | 'worker'): Promise<
     await runner.close().catch(() => undefined)
     throw err
   } finally {
+    clearInterval(keepAlive)
     signals.dispose()
   }
 }

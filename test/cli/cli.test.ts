@@ -1,0 +1,214 @@
+import { spawn, type ChildProcess } from 'node:child_process'
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
+import { afterEach, beforeEach, describe, expect, it } from 'vitest'
+import { createApi, listen, UnsafeBindError } from 'jobtable/http'
+import { Runner } from 'jobtable'
+import { sqlite } from 'jobtable/sqlite'
+
+const KINDS = 'test/cli/fixtures/kinds.ts'
+const TOKEN = 'cli-test-token-0123456789'
+const MARKER = 'SECRET-MARKER-cli-51'
+
+interface Cli {
+  readonly proc: ChildProcess
+  stdout: string
+  stderr: string
+  /** Resolves with the exit code (or 128 + signal number). */
+  readonly exit: Promise<number>
+  /** Resolves with the first match of re in stdout, waiting for it. */
+  waitFor(re: RegExp): Promise<RegExpMatchArray>
+}
+
+let dir: string
+let children: ChildProcess[] = []
+beforeEach(() => {
+  dir = mkdtempSync(join(tmpdir(), 'jobtable-cli-'))
+})
+afterEach(() => {
+  for (const c of children) if (c.exitCode === null && c.signalCode === null) c.kill('SIGKILL')
+  children = []
+  rmSync(dir, { recursive: true, force: true })
+})
+
+function cli(args: string[], env: Record<string, string> = {}): Cli {
+  const proc = spawn(process.execPath, ['--import', 'tsx', '--conditions=source', 'src/cli/main.ts', ...args], {
+    env: { ...process.env, NO_COLOR: '1', JOBTABLE_DATABASE: '', JOBTABLE_TOKENS: '', ...env },
+    stdio: ['ignore', 'pipe', 'pipe'],
+  })
+  children.push(proc)
+  let waiters: (() => void)[] = []
+  const state: Cli = {
+    proc,
+    stdout: '',
+    stderr: '',
+    exit: new Promise((resolve) => proc.once('exit', (code, signal) => resolve(code ?? 128 + (signal === 'SIGKILL' ? 9 : 15)))),
+    async waitFor(re) {
+      for (;;) {
+        const m = state.stdout.match(re)
+        if (m) return m
+        if (proc.exitCode !== null) throw new Error(`exited ${proc.exitCode} before ${re}: ${state.stderr}`)
+        await new Promise<void>((r) => waiters.push(r))
+      }
+    },
+  }
+  const notify = () => {
+    const w = waiters
+    waiters = []
+    for (const f of w) f()
+  }
+  proc.stdout!.on('data', (d) => {
+    state.stdout += d
+    notify()
+  })
+  proc.stderr!.on('data', (d) => {
+    state.stderr += d
+  })
+  proc.once('exit', notify)
+  return state
+}
+
+async function serveCli(extra: string[] = [], env: Record<string, string> = {}) {
+  const c = cli(['serve', '--kinds', KINDS, '--port', '0', '-d', join(dir, 'jobs.db'), ...extra], env)
+  const [, url] = await c.waitFor(/API at (http:\/\/[^/\s]+)\/api\/v1\/jobs/)
+  return { c, url: url! }
+}
+
+async function poll<T>(read: () => Promise<T>, ok: (v: T) => boolean): Promise<T> {
+  for (;;) {
+    const v = await read()
+    if (ok(v)) return v
+    await new Promise((r) => setTimeout(r, 20))
+  }
+}
+
+describe('jobtable command', () => {
+  it('prints help for every command with exit 0, and refuses bad command lines with exit 2', async () => {
+    for (const command of [[], ['serve'], ['worker'], ['migrate'], ['jobs']]) {
+      const c = cli([...command, '--help'])
+      expect(await c.exit, command.join(' ')).toBe(0)
+      expect(c.stdout).toContain(`Usage: jobtable ${command[0] ?? '<command>'}`)
+    }
+    for (const args of [[], ['frobnicate'], ['serve', '--bogus'], ['serve', '--kinds', KINDS, '--workers', 'many'], ['serve', '--port', '70000', '--kinds', KINDS], ['worker'], ['jobs'], ['jobs', 'show'], ['jobs', 'list', '--status', 'done'], ['migrate', '--log-level', 'loud']]) {
+      const c = cli(args)
+      expect(await c.exit, args.join(' ')).toBe(2)
+      expect(c.stderr, args.join(' ')).toMatch(/^jobtable: |Usage: jobtable/)
+    }
+  })
+
+  it('refuses to listen on a non-loopback address without tokens (exit 2), and the library refuses too', async () => {
+    for (const host of ['0.0.0.0', '::', '192.0.2.10']) {
+      const c = cli(['serve', '--kinds', KINDS, '--host', host, '-d', join(dir, 'x.db')])
+      expect(await c.exit, host).toBe(2)
+      expect(c.stderr).toContain(`refusing to listen on ${host} without authentication`)
+    }
+    const runner = new Runner({ driver: sqlite({ path: join(dir, 'lib.db') }), logger: { debug() {}, info() {}, warn() {}, error() {} } })
+    try {
+      await expect(listen(createApi({ runner }), { host: '0.0.0.0', port: 0 })).rejects.toBeInstanceOf(UnsafeBindError)
+    } finally {
+      await runner.close()
+    }
+  })
+
+  it('serves with bearer tokens on a public address, logs JSON lines without secrets, and stops on SIGTERM with exit 0', async () => {
+    const tokens = join(dir, 'tokens.json')
+    writeFileSync(tokens, JSON.stringify({ [TOKEN]: 'household-1' }), { mode: 0o600 })
+    const { c, url } = await serveCli(['--host', '0.0.0.0', '--tokens-file', tokens])
+    const base = url.replace('0.0.0.0', '127.0.0.1')
+    expect((await fetch(`${base}/api/v1/jobs`)).status).toBe(401)
+    const created = await fetch(`${base}/api/v1/jobs`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${TOKEN}`, 'content-type': 'application/json' },
+      body: JSON.stringify({ kind: 'echo', payload: { text: MARKER } }),
+    })
+    expect(created.status).toBe(201)
+    const { id } = (await created.json()) as { id: string }
+    const job = await poll(
+      async () => (await (await fetch(`${base}/api/v1/jobs/${id}`, { headers: { authorization: `Bearer ${TOKEN}` } })).json()) as { status: string; result: unknown },
+      (j) => j.status === 'succeeded',
+    )
+    expect(job.result).toEqual({ length: MARKER.length })
+    c.proc.kill('SIGTERM')
+    expect(await c.exit).toBe(0)
+    const lines = c.stderr.trim().split('\n').map((l) => JSON.parse(l) as Record<string, unknown>)
+    expect(lines.some((l) => l.msg === 'request' && l.status === 201 && l.path === '/api/v1/jobs')).toBe(true)
+    expect(lines.at(-1)!.msg).toBe('stopped')
+    expect(c.stderr).not.toContain(TOKEN)
+    expect(c.stderr).not.toContain(MARKER)
+  })
+
+  it('on SIGTERM during work stops gracefully, leaving the job for the next start to fail as interrupted', async () => {
+    const { c, url } = await serveCli()
+    const created = await fetch(`${url}/api/v1/jobs`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: '{"kind":"block","payload":{}}' })
+    const { id } = (await created.json()) as { id: string }
+    await poll(async () => (await (await fetch(`${url}/api/v1/jobs/${id}`)).json()) as { result: unknown }, (j) => j.result !== null)
+    c.proc.kill('SIGTERM')
+    expect(await c.exit).toBe(0)
+    const show = cli(['jobs', 'show', id, '-d', join(dir, 'jobs.db')])
+    expect(await show.exit).toBe(0)
+    expect(JSON.parse(show.stdout)).toMatchObject({ id, status: 'running' })
+    // A worker started on the same file fails it as interrupted, then stops on SIGINT.
+    const worker = cli(['worker', '--kinds', KINDS, '-d', join(dir, 'jobs.db')])
+    await poll(
+      async () => {
+        const s = cli(['jobs', 'show', id, '-d', join(dir, 'jobs.db')])
+        await s.exit
+        return JSON.parse(s.stdout) as { status: string; error: string | null }
+      },
+      (j) => j.status === 'failed',
+    ).then((j) => expect(j.error).toBe('interrupted by restart'))
+    worker.proc.kill('SIGINT')
+    expect(await worker.exit).toBe(0)
+  })
+
+  it('exits at once on a second signal when a job will not stop', async () => {
+    const { c, url } = await serveCli()
+    const created = await fetch(`${url}/api/v1/jobs`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: '{"kind":"stubborn","payload":{}}' })
+    const { id } = (await created.json()) as { id: string }
+    await poll(async () => (await (await fetch(`${url}/api/v1/jobs/${id}`)).json()) as { result: unknown }, (j) => j.result !== null)
+    c.proc.kill('SIGTERM')
+    // Wait for the first signal to be taken before sending the second.
+    await poll(async () => c.stderr, (text) => text.includes('stopping'))
+    c.proc.kill('SIGTERM')
+    expect(await c.exit).toBe(143)
+    expect(c.stderr).toContain('second signal')
+  })
+
+  it('migrates, lists and shows jobs as JSON, and answers an unknown id with exit 1', async () => {
+    const db = join(dir, 'ops.db')
+    expect(await cli(['migrate', '-d', db]).exit).toBe(0)
+    const runner = new Runner({ driver: sqlite({ path: db }), logger: { debug() {}, info() {}, warn() {}, error() {} } })
+    runner.register('echo', { payload: (await import('zod')).z.strictObject({ n: (await import('zod')).z.number() }), handler: () => null })
+    const ids = [await runner.enqueue('echo', { n: 1 }, { scope: 's1' }), await runner.enqueue('echo', { n: 2 })]
+    await runner.close()
+    const list = cli(['jobs', 'list', '-d', db])
+    expect(await list.exit).toBe(0)
+    const page = JSON.parse(list.stdout) as { jobs: { id: string }[]; nextCursor: string | null }
+    expect(page.jobs.map((j) => j.id)).toEqual([...ids].reverse())
+    const scoped = cli(['jobs', 'list', '--scope', 's1', '--limit', '1', '-d', db])
+    expect(await scoped.exit).toBe(0)
+    expect(JSON.parse(scoped.stdout).jobs.map((j: { id: string }) => j.id)).toEqual([ids[0]])
+    const show = cli(['jobs', 'show', ids[1]!, '-d', db])
+    expect(await show.exit).toBe(0)
+    expect(JSON.parse(show.stdout)).toEqual({ id: ids[1], kind: 'echo', status: 'queued', result: null, error: null })
+    const missing = cli(['jobs', 'show', '00000000-0000-4000-8000-000000000000', '-d', db])
+    expect(await missing.exit).toBe(1)
+    expect(missing.stderr).toBe('jobtable: job not found\n')
+  })
+
+  it('fails with exit 1 and one line, without a stack, when the kinds module cannot load', async () => {
+    const bad = join(dir, 'bad-kinds.mjs')
+    writeFileSync(bad, `throw new Error(${JSON.stringify(MARKER)})`)
+    const c = cli(['serve', '--kinds', bad, '-d', join(dir, 'k.db'), '--port', '0'])
+    expect(await c.exit).toBe(1)
+    expect(c.stderr).toMatch(/could not load the kinds module/)
+    expect(c.stderr).not.toContain(MARKER)
+    expect(c.stderr).not.toMatch(/\n\s+at /)
+    const none = join(dir, 'no-register.mjs')
+    writeFileSync(none, 'export const x = 1')
+    const d = cli(['worker', '--kinds', none, '-d', join(dir, 'k.db')])
+    expect(await d.exit).toBe(1)
+    expect(d.stderr).toContain('does not export a registerKinds(runner) function')
+  })
+})
