@@ -233,6 +233,7 @@ async function runUnit(unit: Unit, o: Options): Promise<void> {
       p50_ms: p50,
       p99_ms: med((x) => x.m.p99_ms),
       rss_mb: med((x) => x.m.rss_mb),
+      cpu_us_per_job: med((x) => x.m.cpu_us_per_job),
       floor_jobs_per_s: floorSingle,
       ratio_to_floor: isLatency ? p50 / (extra['floor_p50_ms'] ?? Number.NaN) : jobsPerS / floorSingle,
       floor_batched_jobs_per_s: floorBatched,

@@ -21,6 +21,8 @@ export interface Result {
   readonly p99_ms: number
   /** Largest resident set size of the process while the workload ran. */
   readonly rss_mb: number
+  /** The process's CPU time per job: wall-clock rates move with other load on a shared machine, this much less. */
+  readonly cpu_us_per_job: number
   /** The raw-SQL floor with one transaction per write. */
   readonly floor_jobs_per_s: number
   readonly ratio_to_floor: number
@@ -56,6 +58,7 @@ const COLUMNS: [string, (r: Result) => string][] = [
   ['p50 ms', (r) => fmt(r.p50_ms)],
   ['p99 ms', (r) => fmt(r.p99_ms)],
   ['rss MB', (r) => fmt(r.rss_mb)],
+  ['cpu us/job', (r) => fmt(r.cpu_us_per_job)],
   ['floor 1/tx', (r) => fmt(r.floor_jobs_per_s)],
   ['x floor', (r) => fmt(r.ratio_to_floor)],
   ['floor x100', (r) => fmt(r.floor_batched_jobs_per_s)],

@@ -13,7 +13,15 @@ export interface Measurement {
   readonly p50_ms: number
   readonly p99_ms: number
   readonly rss_mb: number
+  /** This process's CPU time (user + system) per job in the timed section: steadier than wall time on a shared machine. */
+  readonly cpu_us_per_job: number
   readonly extra?: Record<string, number>
+}
+
+/** CPU microseconds used by this process since `since` (a process.cpuUsage() reading). */
+function cpuSince(since: NodeJS.CpuUsage): number {
+  const d = process.cpuUsage(since)
+  return d.user + d.system
 }
 
 interface Payload {
@@ -106,16 +114,18 @@ export async function drain(store: Store, jobs: number, workers: number, profile
     }
     const rss = new RssSampler()
     await profileStart()
+    const cpu0 = process.cpuUsage()
     const t0 = performance.now()
     await h.runner.start()
     await h.untilEnded(jobs)
     const elapsed = performance.now() - t0
+    const cpuUs = cpuSince(cpu0)
     await profileStop(profilePart)
     const rssMb = rss.maxMb
     rss.stop()
     await checkAllSucceeded(h, jobs)
     const times = h.runTimes()
-    return { jobs, jobs_per_s: jobs / (elapsed / 1000), p50_ms: percentile(times, 50), p99_ms: percentile(times, 99), rss_mb: rssMb }
+    return { jobs, jobs_per_s: jobs / (elapsed / 1000), p50_ms: percentile(times, 50), p99_ms: percentile(times, 99), rss_mb: rssMb, cpu_us_per_job: cpuUs / jobs }
   } finally {
     await h.close()
   }
@@ -143,6 +153,7 @@ export async function enqueue(store: Store, jobs: number, mode: EnqueueMode): Pr
     const times: number[] = []
     const rss = new RssSampler()
     await profileStart()
+    const cpu0 = process.cpuUsage()
     const t0 = performance.now()
     if (mode === 'sequential') {
       for (let i = 0; i < jobs; i++) {
@@ -171,12 +182,13 @@ export async function enqueue(store: Store, jobs: number, mode: EnqueueMode): Pr
       }
     }
     const elapsed = performance.now() - t0
+    const cpuUs = cpuSince(cpu0)
     await profileStop(mode)
     const rssMb = rss.maxMb
     rss.stop()
     const page = await h.runner.list({ status: 'queued', limit: 1 })
     if (page.jobs.length !== 1) throw new Error('enqueued jobs are not stored')
-    return { mode, jobs, jobs_per_s: jobs / (elapsed / 1000), p50_ms: percentile(times, 50), p99_ms: percentile(times, 99), rss_mb: rssMb }
+    return { mode, jobs, jobs_per_s: jobs / (elapsed / 1000), p50_ms: percentile(times, 50), p99_ms: percentile(times, 99), rss_mb: rssMb, cpu_us_per_job: cpuUs / jobs }
   } finally {
     await h.close()
   }
@@ -200,6 +212,7 @@ export async function latency(store: Store, samples: number, workers: number): P
     const rss = new RssSampler()
     const times: number[] = []
     await profileStart()
+    const cpu0 = process.cpuUsage()
     const t0 = performance.now()
     for (let i = 0; i < samples; i++) {
       const s = performance.now()
@@ -209,10 +222,11 @@ export async function latency(store: Store, samples: number, workers: number): P
       await h.untilEnded(50 + i + 1)
     }
     const elapsed = performance.now() - t0
+    const cpuUs = cpuSince(cpu0)
     await profileStop()
     const rssMb = rss.maxMb
     rss.stop()
-    return { jobs: samples, jobs_per_s: samples / (elapsed / 1000), p50_ms: percentile(times, 50), p99_ms: percentile(times, 99), rss_mb: rssMb }
+    return { jobs: samples, jobs_per_s: samples / (elapsed / 1000), p50_ms: percentile(times, 50), p99_ms: percentile(times, 99), rss_mb: rssMb, cpu_us_per_job: cpuUs / samples }
   } finally {
     await h.close()
   }
@@ -230,6 +244,7 @@ export async function mixed(store: Store, jobs: number, workers: number): Promis
     const enqueuedAt = new Map<string, number>()
     const rss = new RssSampler()
     await profileStart()
+    const cpu0 = process.cpuUsage()
     const t0 = performance.now()
     let next = 0
     await Promise.all(
@@ -243,12 +258,13 @@ export async function mixed(store: Store, jobs: number, workers: number): Promis
     )
     await h.untilEnded(jobs)
     const elapsed = performance.now() - t0
+    const cpuUs = cpuSince(cpu0)
     await profileStop()
     const rssMb = rss.maxMb
     rss.stop()
     await checkAllSucceeded(h, jobs)
     const times = [...h.ended].map(([id, end]) => end - (enqueuedAt.get(id) ?? end))
-    return { jobs, jobs_per_s: jobs / (elapsed / 1000), p50_ms: percentile(times, 50), p99_ms: percentile(times, 99), rss_mb: rssMb }
+    return { jobs, jobs_per_s: jobs / (elapsed / 1000), p50_ms: percentile(times, 50), p99_ms: percentile(times, 99), rss_mb: rssMb, cpu_us_per_job: cpuUs / jobs }
   } finally {
     await h.close()
   }
@@ -274,6 +290,7 @@ export async function scale(emptyStore: Store, bigStore: Store, finishedRows: nu
     p50_ms: big.p50_ms,
     p99_ms: big.p99_ms,
     rss_mb: rssMb,
+    cpu_us_per_job: big.cpu_us_per_job,
     extra: {
       finished_rows: finishedRows,
       empty_jobs_per_s: empty.jobs_per_s,
