@@ -63,3 +63,9 @@ export function gate<T = void>(): { promise: Promise<T>; open(value: T): void } 
   const promise = new Promise<T>((resolve) => (open = resolve))
   return { promise, open }
 }
+
+/** Resolves once signal has aborted, even if it already had. */
+export function aborted(signal: AbortSignal): Promise<void> {
+  if (signal.aborted) return Promise.resolve()
+  return new Promise((resolve) => signal.addEventListener('abort', () => resolve(), { once: true }))
+}
