@@ -1,0 +1,118 @@
+import { describe, expect, it } from 'vitest'
+import { CODE_INTERNAL, DatabaseError, claimErrorChannel } from 'jobtable'
+import { backends } from '../support/backends.js'
+import { FaultyDriver, corrupt } from '../support/faults.js'
+import { echoPayload, harness } from '../support/harness.js'
+import { captureLogs } from '../support/logs.js'
+import { track } from '../support/wait.js'
+
+describe.each(backends)('$name: database faults', (backend) => {
+  if (backend.skip) it.skip(`skipped: ${backend.skip}`, () => {})
+  if (backend.skip) return
+  const h = harness(backend)
+
+  /** Resolves after the runner has reported n claim errors. */
+  function claimErrors(n: number): Promise<{ transient: boolean }[]> {
+    const seen: { transient: boolean }[] = []
+    return new Promise((resolve) => {
+      const on = (m: unknown) => {
+        seen.push(m as { transient: boolean })
+        if (seen.length >= n) {
+          claimErrorChannel.unsubscribe(on)
+          resolve(seen)
+        }
+      }
+      claimErrorChannel.subscribe(on)
+    })
+  }
+
+  it('retries a claim that failed once: the job runs with no new enqueue or wake', async () => {
+    const faulty = new FaultyDriver(h.store.driver())
+    const runner = h.runner({ driver: faulty.driver, workers: 1 })
+    const kind = runner.register('echo', { payload: echoPayload, handler: () => undefined })
+    const done = track(runner)
+    await runner.start()
+    faulty.failNth('jobClaim', 1) // the claim the enqueue's wake triggers
+    const errors = claimErrors(1)
+    const id = await kind.enqueue({ n: 1 })
+    expect(await errors).toEqual([expect.objectContaining({ transient: true })])
+    await done.ends([id])
+    expect((await runner.get(id)).status).toBe('succeeded')
+  })
+
+  it('keeps retrying while claims fail, and runs jobs queued during the outage once it clears', async () => {
+    const faulty = new FaultyDriver(h.store.driver())
+    const runner = h.runner({ driver: faulty.driver, workers: 2 })
+    const kind = runner.register('echo', { payload: echoPayload, handler: () => undefined })
+    const done = track(runner)
+    await runner.start()
+    const clear = faulty.failUntilCleared('jobClaim')
+    const errors = claimErrors(4)
+    const ids = await kind.enqueueMany([{ n: 1 }, { n: 2 }, { n: 3 }])
+    await errors
+    expect(done.started).toEqual([])
+    clear()
+    await done.ends(ids)
+    for (const id of ids) expect((await runner.get(id)).status).toBe('succeeded')
+  })
+
+  it('stops claiming on an error that can never succeed, and wait() reports it', async () => {
+    const faulty = new FaultyDriver(h.store.driver())
+    const logs = captureLogs()
+    const runner = h.runner({ driver: faulty.driver, logger: logs })
+    runner.register('echo', { payload: echoPayload, handler: () => undefined })
+    faulty.failUntilCleared('jobClaim', corrupt)
+    await runner.start()
+    await expect(runner.wait()).rejects.toBeInstanceOf(DatabaseError)
+    expect(faulty.calls.jobClaim).toBe(1)
+    expect(logs.lines.some((l) => l.level === 'error' && l.fields.error === 'SQLITE_CORRUPT')).toBe(true)
+  })
+
+  it('retries a final write until it lands; the handler ran once', async () => {
+    const faulty = new FaultyDriver(h.store.driver())
+    const runner = h.runner({ driver: faulty.driver })
+    let starts = 0
+    const kind = runner.register('echo', { payload: echoPayload, result: (r: string) => r, handler: () => (starts++, 'done') })
+    const done = track(runner)
+    await runner.start()
+    faulty.failNth('jobFinishMany', 1)
+    faulty.failNth('jobFinishMany', 2)
+    faulty.failNth('jobFinishMany', 3)
+    const id = await kind.enqueue({ n: 1 })
+    await done.ends([id])
+    expect(faulty.calls.jobFinishMany).toBe(4)
+    expect(await runner.get(id)).toMatchObject({ status: 'succeeded', result: 'done' })
+    expect(starts).toBe(1)
+  })
+
+  it('fails a job with internal_error when the database refuses its result for good', async () => {
+    const faulty = new FaultyDriver(h.store.driver())
+    const runner = h.runner({ driver: faulty.driver })
+    const kind = runner.register('echo', { payload: echoPayload, result: (r: string) => r, handler: () => 'refused' })
+    const done = track(runner)
+    await runner.start()
+    faulty.failNth('jobFinishMany', 1, corrupt)
+    const id = await kind.enqueue({ n: 1 })
+    await done.ends([id])
+    expect(await runner.get(id)).toMatchObject({ status: 'failed', error: CODE_INTERNAL })
+    expect(faulty.calls.jobFinishMany).toBe(2)
+  })
+
+  it('fences every write on the claim: a finished job is never finished again nor revived', async () => {
+    const driver = h.store.driver()
+    const id = crypto.randomUUID()
+    await driver.jobInsertMany({ jobs: [{ id, kind: 'echo', payload: '{"n":1}', scope: null }], now: 1 })
+    const [claimed] = await driver.jobClaim({ limit: 10, runnerId: crypto.randomUUID(), now: 2 })
+    expect(claimed).toMatchObject({ id, kind: 'echo' })
+    const { attempt } = claimed!
+    expect(await driver.jobPublish({ id, attempt: attempt + 1, result: '"stale claim"', now: 3 })).toBe(false)
+    expect(await driver.jobPublish({ id, attempt, result: '"partial"', now: 3 })).toBe(true)
+    const finish = { id, attempt, status: 'succeeded' as const, result: '"final"', error: null }
+    expect(await driver.jobFinishMany({ finishes: [{ ...finish, attempt: attempt - 1 }], now: 4 })).toEqual([false])
+    expect(await driver.jobFinishMany({ finishes: [finish], now: 4 })).toEqual([true])
+    expect(await driver.jobFinishMany({ finishes: [{ ...finish, status: 'failed', result: null, error: 'late' }], now: 5 })).toEqual([false])
+    expect(await driver.jobPublish({ id, attempt, result: '"revived"', now: 6 })).toBe(false)
+    expect(await driver.jobClaim({ limit: 10, runnerId: crypto.randomUUID(), now: 7 })).toEqual([])
+    expect(await driver.jobGet({ id })).toEqual({ id, kind: 'echo', status: 'succeeded', result: '"final"', error: null })
+  })
+})
