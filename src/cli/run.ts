@@ -40,7 +40,7 @@ export async function run(argv: string[], io: { stdout: NodeJS.WritableStream; s
     }
     if (err instanceof CliFailure) io.stderr.write(`jobtable: ${err.message}\n`)
     // jobtable's own messages never quote payloads, results or database values.
-    else if (err instanceof JobtableError) io.stderr.write(`jobtable: ${err.message}\n`)
+    else if (err instanceof JobtableError) io.stderr.write(`jobtable: ${err.message.replace(/^jobtable: /, '')}\n`)
     else io.stderr.write(`jobtable: failed (${err instanceof Error ? err.name : typeof err}${codeOf(err)})\n`)
     return EXIT.failure
   }

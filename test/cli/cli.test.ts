@@ -211,4 +211,13 @@ describe('jobtable command', () => {
     expect(await d.exit).toBe(1)
     expect(d.stderr).toContain('does not export a registerKinds(runner) function')
   })
+
+  it('opens a postgres:// URL through the PostgreSQL driver only, failing with exit 1 without printing the password', async () => {
+    // Port 1 has no server: whether the driver is missing or cannot connect, the command fails cleanly.
+    const c = cli(['jobs', 'list', '-d', `postgres://user:${MARKER}@127.0.0.1:1/none`])
+    expect(await c.exit).toBe(1)
+    expect(c.stderr).toMatch(/^jobtable: /)
+    expect(c.stderr).not.toContain(MARKER)
+    expect(c.stderr).not.toMatch(/\n\s+at /)
+  })
 })
