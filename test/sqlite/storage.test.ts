@@ -169,3 +169,28 @@ describe('sqlite: storage', () => {
     for (const id of acknowledged) expect((await r.get(id)).status).toBe('queued')
   })
 })
+
+describe('sqlite: an idle runner', () => {
+  it('makes no claim until an enqueue wakes it', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'jobtable-idle-'))
+    const { FaultyDriver } = await import('../support/faults.js')
+    const faulty = new FaultyDriver(sqlite({ path: join(dir, 'jobs.db') }))
+    const r = new Runner({ driver: faulty.driver, workers: 4, logger: captureLogs() })
+    const kind = r.register('echo', { payload, handler: () => undefined })
+    const done = track(r)
+    await r.start()
+    const first = await kind.enqueue({ n: 1 })
+    await done.ends([first])
+    // The freed worker looks once more for work and finds none; then it is idle.
+    await new Promise((resolve) => setTimeout(resolve, 100))
+    const claims = faulty.calls.jobClaim
+    // Idle now: whatever the event loop does meanwhile, no claim is made without a wake.
+    await new Promise((resolve) => setTimeout(resolve, 300))
+    expect(faulty.calls.jobClaim).toBe(claims)
+    const second = await kind.enqueue({ n: 2 })
+    await done.ends([second])
+    expect(faulty.calls.jobClaim).toBeGreaterThan(claims)
+    await r.close()
+    rmSync(dir, { recursive: true, force: true })
+  })
+})
