@@ -5,13 +5,48 @@ import { join } from 'node:path'
 import { afterEach, describe, expect, it } from 'vitest'
 import { z } from 'zod'
 import { Runner } from 'jobtable'
+import type { Driver } from 'jobtable'
 import { sqlite } from 'jobtable/sqlite'
+import { postgres } from 'jobtable/postgres'
+import pg from 'pg'
+import { PG_URL, postgresBackend } from '../support/backends.js'
 import { captureLogs } from '../support/logs.js'
 import { servers } from './client.js'
 
-// SQLite only: the other process opens the same file. A PostgreSQL run
-// would hand it the connection string instead.
-describe('sqlite: event streams across processes', () => {
+/** A store both processes open: the same SQLite file, or the same PostgreSQL schema. */
+interface Shared {
+  readonly name: string
+  readonly skip?: string
+  open(dir: string, cleanup: (() => Promise<void> | void)[]): { driver: Driver; args: string[] }
+}
+
+const shared: Shared[] = [
+  {
+    name: 'sqlite',
+    open(dir) {
+      const path = join(dir, 'jobs.db')
+      return { driver: sqlite({ path }), args: [path, dir] }
+    },
+  },
+  {
+    name: 'postgres',
+    skip: postgresBackend().skip,
+    open(dir, cleanup) {
+      const schema = `jobtable_sse_${process.pid}_${Date.now()}`
+      cleanup.push(async () => {
+        const admin = new pg.Client({ connectionString: PG_URL })
+        await admin.connect()
+        await admin.query(`DROP SCHEMA IF EXISTS "${schema}" CASCADE`)
+        await admin.end()
+      })
+      return { driver: postgres({ connectionString: PG_URL, schema }), args: [PG_URL, dir, schema] }
+    },
+  },
+]
+
+describe.each(shared)('$name: event streams across processes', (store) => {
+  if (store.skip) it.skip(`skipped: ${store.skip}`, () => {})
+  if (store.skip) return
   const s = servers()
   const cleanup: (() => Promise<void> | void)[] = []
   afterEach(async () => {
@@ -22,9 +57,9 @@ describe('sqlite: event streams across processes', () => {
   it('streams each partial result and the final state of a job another process runs', async () => {
     const dir = mkdtempSync(join(tmpdir(), 'jobtable-sse-'))
     cleanup.push(() => rmSync(dir, { recursive: true, force: true }))
-    const path = join(dir, 'jobs.db')
+    const { driver, args } = store.open(dir, cleanup)
     // This process only serves the API: its runner is never started.
-    const runner = new Runner({ driver: sqlite({ path }), workers: 1, logger: captureLogs() })
+    const runner = new Runner({ driver, workers: 1, logger: captureLogs() })
     cleanup.push(() => runner.close())
     runner.register('steps', { payload: z.strictObject({}), handler: () => null, enqueueOverHttp: true })
     const api = await s.serve(runner, { eventsPollMs: 20 })
@@ -32,7 +67,7 @@ describe('sqlite: event streams across processes', () => {
     const stream = await api.events(id)
     expect(JSON.parse((await stream.next())!.data).status).toBe('queued')
 
-    const worker = spawn(process.execPath, ['--import', 'tsx', '--conditions=source', 'test/http/fixtures/remote-worker.ts', path, dir], {
+    const worker = spawn(process.execPath, ['--import', 'tsx', '--conditions=source', 'test/http/fixtures/remote-worker.ts', ...args], {
       stdio: ['ignore', 'pipe', 'inherit'],
     })
     const exited = new Promise((resolve) => worker.once('exit', resolve))
