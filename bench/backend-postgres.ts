@@ -77,17 +77,17 @@ async function connect(schema: string): Promise<pg.Client> {
 
 async function seedFinished(client: pg.Client, rows: number): Promise<void> {
   await client.query(
-    `INSERT INTO jobtable_jobs (id, kind, status, payload, result, attempt, runner_id, created_at, updated_at, started_at, finished_at)
+    `INSERT INTO jobs (id, kind, status, payload, result, attempt, runner_id, created_at, updated_at, started_at, finished_at)
      SELECT gen_random_uuid()::text, 'noop', 'succeeded', '{"n":0}', 'null', 1, 'old-runner', $2, $2, $2, $2
        FROM generate_series(1, $1::int)`,
     [rows, Date.now()],
   )
-  await client.query('ANALYZE jobtable_jobs')
+  await client.query('ANALYZE jobs')
 }
 
 async function seedQueued(client: pg.Client, jobs: number): Promise<void> {
   await client.query(
-    `INSERT INTO jobtable_jobs (id, kind, payload, created_at, updated_at)
+    `INSERT INTO jobs (id, kind, payload, created_at, updated_at)
      SELECT gen_random_uuid()::text, 'noop', $2, $3, $3 FROM generate_series(1, $1::int)`,
     [jobs, PAYLOAD, Date.now()],
   )
@@ -130,22 +130,22 @@ void factory().then(
 )
 
 const CLAIM_ONE = `
-  UPDATE jobtable_jobs SET status = 'running', attempt = attempt + 1, runner_id = 'floor', started_at = $1, updated_at = $1
-   WHERE seq = (SELECT seq FROM jobtable_jobs WHERE status = 'queued' ORDER BY seq LIMIT 1 FOR UPDATE SKIP LOCKED)
+  UPDATE jobs SET status = 'running', attempt = attempt + 1, runner_id = 'floor', started_at = $1, updated_at = $1
+   WHERE seq = (SELECT seq FROM jobs WHERE status = 'queued' ORDER BY seq LIMIT 1 FOR UPDATE SKIP LOCKED)
   RETURNING seq, id, kind, payload, attempt`
 const CLAIM_MANY = `
-  UPDATE jobtable_jobs SET status = 'running', attempt = attempt + 1, runner_id = 'floor', started_at = $1, updated_at = $1
-   WHERE seq IN (SELECT seq FROM jobtable_jobs WHERE status = 'queued' ORDER BY seq LIMIT ${BATCH} FOR UPDATE SKIP LOCKED)
+  UPDATE jobs SET status = 'running', attempt = attempt + 1, runner_id = 'floor', started_at = $1, updated_at = $1
+   WHERE seq IN (SELECT seq FROM jobs WHERE status = 'queued' ORDER BY seq LIMIT ${BATCH} FOR UPDATE SKIP LOCKED)
   RETURNING seq, id, kind, payload, attempt`
 const FINISH_ONE = `
-  UPDATE jobtable_jobs SET status = 'succeeded', result = 'null', finished_at = $3, updated_at = $3
+  UPDATE jobs SET status = 'succeeded', result = 'null', finished_at = $3, updated_at = $3
    WHERE id = $1 AND status = 'running' AND attempt = $2`
 const FINISH_MANY = `
-  UPDATE jobtable_jobs SET status = 'succeeded', result = 'null', finished_at = $2, updated_at = $2
+  UPDATE jobs SET status = 'succeeded', result = 'null', finished_at = $2, updated_at = $2
    WHERE status = 'running' AND id = ANY($1::text[])`
-const INSERT_ONE = `INSERT INTO jobtable_jobs (id, kind, payload, created_at, updated_at) VALUES ($1, 'noop', $2, $3, $3)`
+const INSERT_ONE = `INSERT INTO jobs (id, kind, payload, created_at, updated_at) VALUES ($1, 'noop', $2, $3, $3)`
 const INSERT_MANY = `
-  INSERT INTO jobtable_jobs (id, kind, payload, created_at, updated_at)
+  INSERT INTO jobs (id, kind, payload, created_at, updated_at)
   SELECT id, 'noop', $2, $3, $3 FROM unnest($1::text[]) AS id`
 
 interface Claimed {

@@ -295,6 +295,9 @@ export async function scale(emptyStore: Store, bigStore: Store, finishedRows: nu
       finished_rows: finishedRows,
       empty_jobs_per_s: empty.jobs_per_s,
       ratio_to_empty: big.jobs_per_s / empty.jobs_per_s,
+      empty_cpu_us_per_job: empty.cpu_us_per_job,
+      /** Empty-table CPU per job over full-table CPU per job: the same ratio, less moved by other load. */
+      cpu_ratio_to_empty: empty.cpu_us_per_job / big.cpu_us_per_job,
       seed_s: seedSeconds,
     },
   }
