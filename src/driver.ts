@@ -36,8 +36,34 @@ export interface Driver<Tx = unknown, TxSync extends boolean = boolean> {
    * bounds the attempt: a driver that can cancel a statement does so.
    */
   jobFinishMany(params: { finishes: readonly JobFinish[]; now: number; signal?: AbortSignal }): Promise<boolean[]>
-  /** Fails every running job left behind by a runner that is gone, with `error`; returns how many. */
+  /**
+   * Fails with `error` every running job whose runner is proven gone: one
+   * whose liveness signal (see DriverCapabilities.liveness) is lost, or
+   * that is not registered at all (it stopped, leaving a job it could not
+   * finish). Never touches the jobs of `runnerId` or of any live runner.
+   * Forgets the gone runners; returns how many jobs it failed.
+   */
   jobFailInterrupted(params: { runnerId: string; error: string; now: number }): Promise<number>
+  /**
+   * Records `runnerId` as a live runner and takes up its liveness signal;
+   * called by a runner before it claims anything.
+   */
+  runnerRegister(params: { runnerId: string; now: number }): Promise<void>
+  /**
+   * Renews a live runner's lease. False when the runner was no longer
+   * registered (its lease expired and another runner failed its jobs): the
+   * caller registers again, its earlier claims being lost to the fence.
+   */
+  runnerHeartbeat(params: { runnerId: string; now: number }): Promise<boolean>
+  /** Forgets a stopped runner and releases its liveness signal; a job it left running is then failed by the next sweep. */
+  runnerUnregister(params: { runnerId: string }): Promise<void>
+  /**
+   * Calls `callback` when another process or connection may have queued a
+   * job (a notification, a fallback poll), so the runner looks for work.
+   * Returns the function that stops the calls. A driver whose database
+   * cannot tell other processes of an insert omits it.
+   */
+  onWake?(callback: () => void): () => void
   /**
    * Reads one job through the reading connection. With `scope` set (a
    * string, or null for unscoped jobs), a job of another scope reads as
@@ -58,6 +84,21 @@ export interface Driver<Tx = unknown, TxSync extends boolean = boolean> {
 export interface DriverCapabilities<TxSync extends boolean = boolean> {
   /** Whether `jobInsertTx` completes synchronously inside the caller's transaction. */
   readonly txSync: TxSync
+  /** How this database tells live runners from gone ones; the runner's timers follow it. */
+  readonly liveness: LivenessCapability
+}
+
+/**
+ * The timing of a driver's liveness signal. A driver that proves a runner
+ * gone by an operating-system lock needs no heartbeat (`heartbeatMs`
+ * null); one that relies on a lease renews it every `heartbeatMs`, well
+ * within the lease.
+ */
+export interface LivenessCapability {
+  /** How often a runner renews its lease, or null when the driver needs no heartbeat. */
+  readonly heartbeatMs: number | null
+  /** How often a runner looks for the running jobs of gone runners and fails them. */
+  readonly sweepMs: number
 }
 
 /** A job to insert, already validated and encoded. */

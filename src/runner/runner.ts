@@ -29,6 +29,7 @@ import { encodePayload, encodePayloadSync } from '../payload.js'
 import { Backoff, errorCode, isTransient, sleep } from './backoff.js'
 import { Batcher } from './batcher.js'
 import { Finisher } from './finisher.js'
+import { Liveness } from './liveness.js'
 
 /** The handle of a user's own transaction for a driver `D`. */
 export type TxOf<D> = D extends Driver<infer Tx, boolean> ? Tx : never
@@ -133,6 +134,8 @@ export class Runner<D extends Driver = Driver> {
   readonly #running = new Set<Promise<void>>()
   #fatal: unknown
   #stopped: Promise<void> | undefined
+  readonly #liveness: Liveness
+  #unwake: (() => void) | undefined
 
   constructor(options: RunnerOptions<D>) {
     if (options === null || typeof options !== 'object') throw new ConfigError('options are required')
@@ -154,6 +157,7 @@ export class Runner<D extends Driver = Driver> {
     this.#clock = clock
     this.#finisher = new Finisher(driver, this.#logger, clock, this.#stopping.signal)
     this.#inserter = new Batcher((jobs) => this.#driver.jobInsertMany({ jobs, now: this.#clock() }))
+    this.#liveness = new Liveness(driver, this.id, this.#logger, clock)
   }
 
   /** The driver this runner uses. */
@@ -201,21 +205,22 @@ export class Runner<D extends Driver = Driver> {
   }
 
   /**
-   * Fails every job a previous process left running with `interrupted by
-   * restart`, logging how many, then starts the workers. A second start is
-   * refused.
+   * Registers this runner as live, fails with `interrupted by restart`
+   * every job left running by a runner the driver proves gone (a previous
+   * process, never a live one beside it), logging how many, then starts
+   * the workers. A second start is refused.
    */
   async start(): Promise<void> {
     if (this.#state !== 'new') throw new RunnerStateError('the runner has already started')
     this.#state = 'started'
-    let failed: number
     try {
-      failed = await this.#driver.jobFailInterrupted({ runnerId: this.id, error: CODE_INTERRUPTED, now: this.#clock() })
+      // Registers this runner and fails only the jobs of runners proven gone (logged with their count).
+      await this.#liveness.start()
     } catch (err) {
       this.#state = 'new' // nothing ran: start may be tried again
       throw err
     }
-    if (failed > 0) this.#logger.warn({ count: failed }, 'failed jobs interrupted by restart')
+    this.#unwake = this.#driver.onWake?.(() => this.wake())
     this.#loop = this.#claimLoop()
   }
 
@@ -326,6 +331,8 @@ export class Runner<D extends Driver = Driver> {
     await this.#loop
     await Promise.all(this.#running)
     await this.#finisher.idle()
+    this.#unwake?.()
+    await this.#liveness.stop()
     this.#state = 'stopped'
   }
 
@@ -367,11 +374,16 @@ export class Runner<D extends Driver = Driver> {
       }
       for (const job of jobs) {
         this.#idleWorkers--
-        const run = this.#run(job).finally(() => {
-          this.#running.delete(run)
-          this.#idleWorkers++
-          this.wake()
-        })
+        const run = this.#run(job)
+          .catch(() => {
+            // #run handles every outcome itself; reaching here is a jobtable bug, and its text may quote job data.
+            this.#logger.error({ job_id: job.id, kind: job.kind }, 'unexpected error running a job; it fails at the next start')
+          })
+          .finally(() => {
+            this.#running.delete(run)
+            this.#idleWorkers++
+            this.wake()
+          })
         this.#running.add(run)
       }
     }

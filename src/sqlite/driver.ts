@@ -3,6 +3,7 @@ import type { ClaimedJob, Driver, DriverCapabilities, JobFinish, JobListParams, 
 import { ConfigError, DatabaseError } from '../errors.js'
 import { migrate } from './migrations.js'
 import * as sql from './queries.js'
+import { RunnerLocks } from './runner-locks.js'
 
 /** Options of the SQLite driver. Give `path` or `database`, not both. */
 export interface SqliteOptions {
@@ -29,6 +30,12 @@ export interface SqliteOptions {
    * loop, so a long wait would stall every handler in the process.
    */
   readonly busyTimeoutMs?: number
+  /**
+   * How often a runner looks for the running jobs of runners on this file
+   * that are gone (a process killed beside it) and fails them as
+   * interrupted. Default 5000 ms. A starting runner does so at once.
+   */
+  readonly sweepIntervalMs?: number
 }
 
 const SYNCHRONOUS = { normal: 'NORMAL', full: 'FULL' } as const
@@ -52,7 +59,7 @@ export function sqlite(options: SqliteOptions): SqliteDriver {
 /** The embedded default driver, over better-sqlite3. */
 export class SqliteDriver implements Driver<Database.Database, true> {
   readonly name = 'sqlite'
-  readonly capabilities: DriverCapabilities<true> = { txSync: true }
+  readonly capabilities: DriverCapabilities<true>
   readonly #writer: Database.Database
   readonly #reader: Database.Database
   readonly #ownsWriter: boolean
@@ -61,6 +68,12 @@ export class SqliteDriver implements Driver<Database.Database, true> {
   readonly #publish: Database.Statement
   readonly #finish: Database.Statement
   readonly #failInterrupted: Database.Statement
+  readonly #registerRunner: Database.Statement
+  readonly #heartbeatRunner: Database.Statement
+  readonly #deleteRunner: Database.Statement
+  readonly #otherRunners: Database.Statement
+  readonly #sweep: (gone: readonly string[], runnerId: string, error: string, now: number) => number
+  readonly #locks: RunnerLocks
   readonly #get: Database.Statement
   readonly #getScoped: Database.Statement
   readonly #list: Database.Statement
@@ -71,7 +84,7 @@ export class SqliteDriver implements Driver<Database.Database, true> {
 
   constructor(options: SqliteOptions) {
     if (options === null || typeof options !== 'object') throw new ConfigError('sqlite: options are required')
-    const { path, database, synchronous, busyTimeoutMs = 20 } = options
+    const { path, database, synchronous, busyTimeoutMs = 20, sweepIntervalMs = 5_000 } = options
     if ((path === undefined) === (database === undefined)) {
       throw new ConfigError('sqlite: give either path (a database file) or database (a better-sqlite3 Database)')
     }
@@ -79,6 +92,9 @@ export class SqliteDriver implements Driver<Database.Database, true> {
     if (database !== undefined && !(database instanceof Database)) throw new ConfigError('sqlite: database must be a better-sqlite3 Database')
     if (synchronous !== undefined && !(synchronous in SYNCHRONOUS)) throw new ConfigError("sqlite: synchronous must be 'normal' or 'full'")
     if (!Number.isInteger(busyTimeoutMs) || busyTimeoutMs < 0) throw new ConfigError('sqlite: busyTimeoutMs must be an integer >= 0')
+    if (!Number.isInteger(sweepIntervalMs) || sweepIntervalMs < 1) throw new ConfigError('sqlite: sweepIntervalMs must be an integer >= 1')
+    // An OS lock proves a runner alive or gone (RunnerLocks): no heartbeat.
+    this.capabilities = { txSync: true, liveness: { heartbeatMs: null, sweepMs: sweepIntervalMs } }
 
     this.#ownsWriter = database === undefined
     this.#writer = database ?? new Database(path as string)
@@ -100,6 +116,15 @@ export class SqliteDriver implements Driver<Database.Database, true> {
     this.#publish = this.#writer.prepare(sql.publishResult)
     this.#finish = this.#writer.prepare(sql.finishJob)
     this.#failInterrupted = this.#writer.prepare(sql.failInterrupted)
+    this.#registerRunner = this.#writer.prepare(sql.registerRunner)
+    this.#heartbeatRunner = this.#writer.prepare(sql.heartbeatRunner)
+    this.#deleteRunner = this.#writer.prepare(sql.deleteRunner)
+    this.#otherRunners = this.#reader.prepare(sql.otherRunners)
+    this.#locks = new RunnerLocks(this.#writer.memory ? null : this.#writer.name)
+    this.#sweep = this.#writer.transaction((gone: readonly string[], runnerId: string, error: string, now: number) => {
+      for (const id of gone) this.#deleteRunner.run({ runnerId: id })
+      return this.#failInterrupted.run({ runnerId, error, now }).changes
+    }).immediate
     this.#get = this.#reader.prepare(sql.getJob)
     this.#getScoped = this.#reader.prepare(sql.getScopedJob)
     this.#list = this.#reader.prepare(sql.listJobs)
@@ -148,8 +173,39 @@ export class SqliteDriver implements Driver<Database.Database, true> {
     return run('finish jobs', () => this.#finishMany(finishes, now))
   }
 
-  async jobFailInterrupted({ error, now }: { runnerId: string; error: string; now: number }): Promise<number> {
-    return run('fail interrupted jobs', () => this.#failInterrupted.run({ error, now }).changes)
+  /**
+   * Every process on one SQLite file shares one machine, so a runner's lock
+   * file proves at once whether it is gone: a restart fails its
+   * predecessor's jobs without waiting for a lease, and leaves those of a
+   * live process beside it alone.
+   */
+  async jobFailInterrupted({ runnerId, error, now }: { runnerId: string; error: string; now: number }): Promise<number> {
+    return run('fail interrupted jobs', () => {
+      const others = this.#otherRunners.all({ runnerId }) as { id: string }[]
+      const gone = others.map((r) => r.id).filter((id) => !this.#locks.isAlive(id))
+      const failed = this.#sweep(gone, runnerId, error, now)
+      for (const id of gone) this.#locks.forget(id)
+      return failed
+    })
+  }
+
+  async runnerRegister({ runnerId, now }: { runnerId: string; now: number }): Promise<void> {
+    run('register runner', () => {
+      // The lock first: a registered runner without its lock would read as gone.
+      this.#locks.acquire(runnerId)
+      this.#registerRunner.run({ runnerId, now })
+    })
+  }
+
+  async runnerHeartbeat({ runnerId, now }: { runnerId: string; now: number }): Promise<boolean> {
+    return run('renew runner', () => this.#heartbeatRunner.run({ runnerId, now }).changes === 1)
+  }
+
+  async runnerUnregister({ runnerId }: { runnerId: string }): Promise<void> {
+    run('unregister runner', () => {
+      this.#deleteRunner.run({ runnerId })
+      this.#locks.release(runnerId)
+    })
   }
 
   async jobGet({ id, scope }: { id: string; scope?: string | null }): Promise<JobRow | undefined> {
@@ -174,6 +230,7 @@ export class SqliteDriver implements Driver<Database.Database, true> {
   async close(): Promise<void> {
     if (this.#closed) return
     this.#closed = true
+    this.#locks.releaseAll()
     if (this.#reader !== this.#writer) this.#reader.close()
     if (this.#ownsWriter) this.#writer.close()
   }

@@ -50,6 +50,22 @@ export const MIGRATIONS: readonly { version: number; sql: string }[] = [
       CREATE INDEX jobtable_jobs_scope ON jobtable_jobs (scope, seq);
     `,
   },
+  {
+    version: 3,
+    sql: `
+      -- The live runners, one row per runner process boot, so that several
+      -- processes can share one file: a starting runner fails only the
+      -- running jobs of runners proven gone. On SQLite a runner is proven
+      -- gone by its lock file (see SqliteDriver), so expires_at stays NULL;
+      -- PostgreSQL keeps a lease there.
+      CREATE TABLE jobtable_runners (
+        id           TEXT    NOT NULL PRIMARY KEY,
+        started_at   INTEGER NOT NULL,
+        heartbeat_at INTEGER NOT NULL,
+        expires_at   INTEGER
+      ) STRICT;
+    `,
+  },
 ]
 
 /** The schema version this jobtable writes. */

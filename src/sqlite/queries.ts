@@ -32,10 +32,29 @@ export const finishJob = `
          finished_at = @now, updated_at = @now
    WHERE id = @id AND status = 'running' AND attempt = @attempt`
 
-/** Every process on one SQLite file shares one machine; a starting runner fails what its predecessors left running. */
+/**
+ * Fails the running jobs of every runner that is not registered, other
+ * than @runnerId. Run in one transaction after deleting the runners proven
+ * gone, so it also takes the jobs of a runner that stopped leaving a job it
+ * could not finish, and those of a jobtable older than the runners table.
+ * NOT IN is safe: jobtable_runners.id is NOT NULL.
+ */
 export const failInterrupted = `
   UPDATE jobtable_jobs SET status = 'failed', error = @error, finished_at = @now, updated_at = @now
-   WHERE status = 'running'`
+   WHERE status = 'running'
+     AND runner_id IS NOT @runnerId
+     AND (runner_id IS NULL OR runner_id NOT IN (SELECT id FROM jobtable_runners))`
+
+/** Records a runner as live; its lock file, not a lease, proves it so (expires_at NULL). */
+export const registerRunner = `
+  INSERT INTO jobtable_runners (id, started_at, heartbeat_at, expires_at) VALUES (@runnerId, @now, @now, NULL)
+  ON CONFLICT (id) DO UPDATE SET heartbeat_at = @now`
+
+export const heartbeatRunner = `UPDATE jobtable_runners SET heartbeat_at = @now WHERE id = @runnerId`
+
+export const deleteRunner = `DELETE FROM jobtable_runners WHERE id = @runnerId`
+
+export const otherRunners = `SELECT id FROM jobtable_runners WHERE id <> @runnerId`
 
 export const getJob = `SELECT id, kind, status, result, error FROM jobtable_jobs WHERE id = @id`
 

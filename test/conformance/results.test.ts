@@ -28,7 +28,8 @@ describe.each(backends)('$name: public and partial results', (backend) => {
     expect(await runner.get(id)).toEqual({ id, kind: 'meal_plan', status: 'succeeded', result: { days: 7 }, error: null })
     await runner.close()
     expect(await h.store.dump()).not.toContain(secret)
-    expect(await h.store.dump()).toContain('"days":7')
+    // PostgreSQL's jsonb prints a space after the colon; SQLite keeps the text as written.
+    expect(await h.store.dump()).toMatch(/"days": ?7/)
   })
 
   it('stores null when a kind declares no projection', async () => {

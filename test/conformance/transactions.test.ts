@@ -16,11 +16,13 @@ describe.each(backends)('$name: transactional enqueue', (backend) => {
     await runner.start()
 
     const enqueued: unknown[] = []
-    await h.store.transaction((tx) => enqueued.push(kind.enqueueTx(tx as never, { n: 1 })), 'rollback')
+    // The enqueue is returned so a backend whose enqueueTx is asynchronous (PostgreSQL) awaits it before COMMIT.
+    await h.store.transaction((tx) => enqueued[enqueued.push(kind.enqueueTx(tx as never, { n: 1 })) - 1], 'rollback')
     const rolledBack = (await enqueued[0]) as string
     await expect(runner.get(rolledBack)).rejects.toBeInstanceOf(JobNotFoundError)
 
-    await h.store.transaction((tx) => enqueued.push(kind.enqueueTx(tx as never, { n: 2 })), 'commit')
+    // The enqueue is returned so a backend whose enqueueTx is asynchronous (PostgreSQL) awaits it before COMMIT.
+    await h.store.transaction((tx) => enqueued[enqueued.push(kind.enqueueTx(tx as never, { n: 2 })) - 1], 'commit')
     const committed = (await enqueued[1]) as string
     expect((await runner.get(committed)).status).toBe('queued')
     kind.wake()

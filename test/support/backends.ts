@@ -1,8 +1,11 @@
 import { mkdtempSync, readFileSync, existsSync, rmSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
+import { randomUUID } from 'node:crypto'
 import Database from 'better-sqlite3'
+import pg from 'pg'
 import type { Driver } from 'jobtable'
+import { postgres, type PostgresOptions } from 'jobtable/postgres'
 import { sqlite } from 'jobtable/sqlite'
 
 /**
@@ -27,6 +30,8 @@ export interface Store {
    * back; fn receives the handle that enqueueTx takes.
    */
   transaction(fn: (tx: unknown) => unknown, outcome: 'commit' | 'rollback'): Promise<void>
+  /** Runs a SQL statement on the store directly (PostgreSQL text with $n parameters, or SQLite), for test oracles. */
+  sql?(text: string, values?: unknown[]): Promise<Record<string, unknown>[]>
   /** Everything the store holds on disk or in its tables, as text. */
   dump(): Promise<string>
   /** Removes the store. */
@@ -50,6 +55,7 @@ export const sqliteBackend: Backend = {
         db.pragma('busy_timeout = 5000')
         try {
           db.exec('BEGIN IMMEDIATE')
+          // better-sqlite3 transactions are synchronous: fn must not await.
           fn(db)
           db.exec(outcome === 'commit' ? 'COMMIT' : 'ROLLBACK')
         } finally {
@@ -71,4 +77,95 @@ export const sqliteBackend: Backend = {
   },
 }
 
-export const backends: Backend[] = [sqliteBackend]
+/** The PostgreSQL the tests use; trust auth on this machine. */
+export const PG_URL = process.env['JOBTABLE_PG_URL'] ?? 'postgres://postgres@127.0.0.1:5432/test'
+
+/** Why PostgreSQL cannot be reached, or undefined when it can. */
+async function postgresUnreachable(): Promise<string | undefined> {
+  const client = new pg.Client({ connectionString: PG_URL, connectionTimeoutMillis: 3_000 })
+  client.on('error', () => undefined)
+  try {
+    await client.connect()
+    await client.query('SELECT 1')
+    return undefined
+  } catch (err) {
+    return `PostgreSQL at ${PG_URL} is unreachable (${(err as { code?: string }).code ?? 'no connection'})`
+  } finally {
+    await client.end().catch(() => undefined)
+  }
+}
+
+const pgDown = await postgresUnreachable()
+if (pgDown !== undefined) {
+  if (process.env['JOBTABLE_REQUIRE_POSTGRES'] === '1') {
+    throw new Error(`${pgDown}, and JOBTABLE_REQUIRE_POSTGRES=1 makes the PostgreSQL suite required`)
+  }
+  console.warn(`jobtable tests: the PostgreSQL suite was SKIPPED: ${pgDown}; set JOBTABLE_PG_URL, or start it with pg_ctlcluster`)
+}
+
+/** A fresh schema name for one test store. */
+export function testSchema(): string {
+  return `jt_test_${randomUUID().replaceAll('-', '').slice(0, 16)}`
+}
+
+/**
+ * One PostgreSQL schema per store, dropped after. `options` reach every
+ * driver the store opens (a short lease, poll-only mode).
+ */
+export function postgresBackend(options: Partial<PostgresOptions> = {}): Backend {
+  return {
+    name: 'postgres',
+    skip: pgDown,
+    async store(): Promise<Store> {
+      const schema = testSchema()
+      const opened: Driver[] = []
+      const admin = new pg.Pool({ connectionString: PG_URL, max: 2 })
+      admin.on('error', () => undefined)
+      const quoted = `"${schema}"`
+      return {
+        driver() {
+          const d = postgres({ connectionString: PG_URL, schema, ...options })
+          opened.push(d)
+          return d
+        },
+        async transaction(fn, outcome) {
+          const client = await admin.connect()
+          try {
+            await client.query('BEGIN')
+            await fn(client)
+            await client.query(outcome === 'commit' ? 'COMMIT' : 'ROLLBACK')
+          } catch (err) {
+            await client.query('ROLLBACK').catch(() => undefined)
+            throw err
+          } finally {
+            client.release()
+          }
+        },
+        async sql(text, values = []) {
+          return (await admin.query(text, values)).rows as Record<string, unknown>[]
+        },
+        async dump() {
+          const tables = await admin.query<{ name: string }>('SELECT table_name AS name FROM information_schema.tables WHERE table_schema = $1', [
+            schema,
+          ])
+          const parts: string[] = []
+          for (const { name } of tables.rows) {
+            // Each column's value as its own text, so JSON reads as JSON rather than quoted inside a row literal.
+            const rows = await admin.query<{ row: string }>(
+              `SELECT string_agg(coalesce(c.value, 'NULL'), ' | ') AS row FROM ${quoted}."${name}" t, jsonb_each_text(to_jsonb(t)) c GROUP BY ctid`,
+            )
+            parts.push(...rows.rows.map((r) => r.row))
+          }
+          return parts.join('\n')
+        },
+        async drop() {
+          for (const d of opened) await d.close().catch(() => undefined)
+          await admin.query(`DROP SCHEMA IF EXISTS ${quoted} CASCADE`).catch(() => undefined)
+          await admin.end()
+        },
+      }
+    },
+  }
+}
+
+export const backends: Backend[] = [sqliteBackend, postgresBackend()]

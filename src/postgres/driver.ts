@@ -1,0 +1,396 @@
+import pg from 'pg'
+import type { ClaimedJob, Driver, DriverCapabilities, JobFinish, JobListParams, JobRow, ListedJob, NewJob } from '../driver.js'
+import { ConfigError, DatabaseError, JobtableError } from '../errors.js'
+import { NotificationListener } from './listener.js'
+import { migrateSchema } from './migrations.js'
+import { NOTIFY_CHANNEL, queries, type Queries } from './queries.js'
+
+/**
+ * What `enqueueTx` writes through: anything that runs one parameterized
+ * statement (`$1`, `$2`, ...) inside the caller's open transaction. A `pg`
+ * Client or PoolClient is one as it is; Kysely and Drizzle transactions
+ * fit through a two-line adapter (docs/postgres.md). Typed by shape, so
+ * jobtable imports neither.
+ */
+export interface PgQueryable {
+  query(text: string, values: unknown[]): Promise<unknown>
+}
+
+/** Options of the PostgreSQL driver. Give `pool` or `connectionString`, not both. */
+export interface PostgresOptions {
+  /** The application's own pg Pool; it stays open on close. Handle its 'error' event as pg asks. */
+  readonly pool?: pg.Pool
+  /** A connection string; the driver opens its own pool and closes it on close. */
+  readonly connectionString?: string
+  /** The PostgreSQL schema holding jobtable's tables, created when missing. Default `jobtable`. */
+  readonly schema?: string
+  /**
+   * Listen for inserts on a dedicated connection (LISTEN/NOTIFY), so a job
+   * enqueued by any process or any client's committed transaction wakes an
+   * idle worker within milliseconds. Default true. Set false behind
+   * PgBouncer in transaction mode, where a session cannot LISTEN: workers
+   * then find new jobs by the fallback poll alone.
+   */
+  readonly listen?: boolean
+  /**
+   * How often an idle runner looks for queued jobs even without a
+   * notification, so a lost notification or a dropped listening connection
+   * never strands a job. Default 1000 ms.
+   */
+  readonly pollIntervalMs?: number
+  /**
+   * How long a runner stays live without renewing its lease (it renews
+   * every third of it). Once lapsed, any runner's sweep fails its running
+   * jobs as interrupted. Default 30000 ms.
+   */
+  readonly leaseMs?: number
+  /** How often a runner sweeps for the jobs of runners whose lease lapsed. Default half of leaseMs. */
+  readonly sweepIntervalMs?: number
+}
+
+/** A schema name jobtable accepts: a plain identifier, quoted in every statement. */
+const SCHEMA_NAME = /^[A-Za-z_][A-Za-z0-9_]{0,62}$/
+
+/**
+ * SQLSTATE classes and codes that can clear by themselves: connection
+ * exceptions (08), insufficient resources (53), serialization failure and
+ * deadlock (40001, 40P01), lock not available (55P03), a cancelled
+ * statement (57014), and a server shutting down, terminated or starting
+ * (57P01 to 57P03). Anything else (a value a column refuses, a missing
+ * table, a permission) fails again.
+ */
+const TRANSIENT_SQLSTATE = /^(08...|53...|40001|40P01|55P03|57014|57P0[123])$/
+
+/** Socket errors of a lost or refused connection. */
+const TRANSIENT_ERRNO = new Set(['ECONNREFUSED', 'ECONNRESET', 'ECONNABORTED', 'EPIPE', 'ETIMEDOUT', 'EHOSTUNREACH', 'ENETUNREACH', 'ENOTFOUND', 'EAI_AGAIN'])
+
+/**
+ * node-postgres's own texts for a connection that dropped or timed out.
+ * These come from the client library, never from the server, so matching
+ * them quotes no value; they are not stored or logged either way.
+ */
+const PG_CONNECTION_LOST = /^(Connection terminated|timeout exceeded when trying to connect|Query read timeout|Client has encountered a connection error|Client was closed)/
+
+/**
+ * Makes the PostgreSQL driver. Nothing is sent to the database until the
+ * first operation, which applies any missing migrations first (or call
+ * `migrate()` at deploy time).
+ */
+export function postgres(options: PostgresOptions): PostgresDriver {
+  return new PostgresDriver(options)
+}
+
+/** The PostgreSQL driver, over node-postgres: many runner processes on many machines share one database. */
+export class PostgresDriver implements Driver<PgQueryable, false> {
+  readonly name = 'postgres'
+  readonly capabilities: DriverCapabilities<false>
+  /** The schema name as given (unquoted). */
+  readonly schema: string
+  readonly #pool: pg.Pool
+  readonly #ownsPool: boolean
+  readonly #q: Queries
+  readonly #quoted: string
+  readonly #listen: boolean
+  readonly #pollIntervalMs: number
+  readonly #leaseMs: number
+  #migrated: Promise<void> | undefined
+  readonly #wakers = new Set<() => void>()
+  #poll: NodeJS.Timeout | undefined
+  #listener: NotificationListener | undefined
+  /** Every job handed to a runner by jobClaim and not yet seen finished, with its runner. */
+  readonly #handed = new Map<string, string>()
+  /** Runners whose last claim failed: its answer may be lost although it committed. */
+  readonly #claimInDoubt = new Set<string>()
+  #closed = false
+
+  constructor(options: PostgresOptions) {
+    if (options === null || typeof options !== 'object') throw new ConfigError('postgres: options are required')
+    const { pool, connectionString, schema = 'jobtable', listen = true, pollIntervalMs = 1_000, leaseMs = 30_000 } = options
+    const { sweepIntervalMs = Math.max(1, Math.floor(leaseMs / 2)) } = options
+    if ((pool === undefined) === (connectionString === undefined)) {
+      throw new ConfigError('postgres: give either pool (a pg Pool) or connectionString')
+    }
+    if (pool !== undefined && !(pool instanceof pg.Pool)) throw new ConfigError('postgres: pool must be a pg Pool')
+    if (connectionString !== undefined && (typeof connectionString !== 'string' || connectionString === '')) {
+      throw new ConfigError('postgres: connectionString must be a non-empty string')
+    }
+    if (typeof schema !== 'string' || !SCHEMA_NAME.test(schema)) {
+      throw new ConfigError('postgres: schema must be an identifier of letters, digits and underscores, at most 63 long')
+    }
+    if (typeof listen !== 'boolean') throw new ConfigError('postgres: listen must be true or false')
+    for (const [name, value] of Object.entries({ pollIntervalMs, leaseMs, sweepIntervalMs })) {
+      if (!Number.isInteger(value) || value < 1) throw new ConfigError(`postgres: ${name} must be an integer >= 1`)
+    }
+    if (leaseMs < 3) throw new ConfigError('postgres: leaseMs must be at least 3')
+    this.schema = schema
+    this.#quoted = `"${schema}"`
+    this.#q = queries(this.#quoted)
+    this.#listen = listen
+    this.#pollIntervalMs = pollIntervalMs
+    this.#leaseMs = leaseMs
+    this.capabilities = { txSync: false, liveness: { heartbeatMs: Math.floor(leaseMs / 3), sweepMs: sweepIntervalMs } }
+    this.#ownsPool = pool === undefined
+    this.#pool = pool ?? new pg.Pool({ connectionString, connectionTimeoutMillis: 5_000, keepAlive: true })
+    // An idle connection the server drops emits 'error' on the pool; the
+    // next query on a fresh connection is the recovery, so ours must not
+    // crash the process. A pool handed in is the application's to watch.
+    if (this.#ownsPool) this.#pool.on('error', () => undefined)
+  }
+
+  /** Applies any missing migrations now, rather than at the first operation; refuses a newer schema. */
+  migrate(): Promise<void> {
+    if (this.#migrated === undefined) {
+      const attempt = this.#migrate()
+      this.#migrated = attempt
+      attempt.catch(() => {
+        // A failed migration is tried again by the next operation.
+        if (this.#migrated === attempt) this.#migrated = undefined
+      })
+    }
+    return this.#migrated
+  }
+
+  async #migrate(): Promise<void> {
+    let client: pg.PoolClient | undefined
+    try {
+      client = await this.#pool.connect()
+      await migrateSchema(client, this.#quoted)
+      client.release()
+    } catch (err) {
+      client?.release(true)
+      throw toDatabaseError('migrate', err)
+    }
+  }
+
+  async jobInsertMany({ jobs, now }: { jobs: readonly NewJob[]; now: number }): Promise<void> {
+    await this.#query('insert jobs', this.#q.insertJobs, insertValues(jobs, now))
+  }
+
+  async jobInsertTx({ tx, jobs, now }: { tx: PgQueryable; jobs: readonly NewJob[]; now: number }): Promise<void> {
+    if (tx === null || typeof tx !== 'object' || typeof tx.query !== 'function') {
+      throw new ConfigError('postgres: enqueueTx needs the pg client (or an adapter with query(text, values)) the transaction runs on')
+    }
+    await this.migrate()
+    try {
+      await tx.query(this.#q.insertJobs, insertValues(jobs, now))
+    } catch (err) {
+      throw toDatabaseError('insert job', err)
+    }
+  }
+
+  async jobClaim({ limit, runnerId, now }: { limit: number; runnerId: string; now: number }): Promise<ClaimedJob[]> {
+    if (this.#claimInDoubt.has(runnerId)) {
+      const handed = [...this.#handed].filter(([, runner]) => runner === runnerId).map(([id]) => id)
+      await this.#query('requeue lost claims', this.#q.requeueLostClaims, [runnerId, handed, now])
+      this.#claimInDoubt.delete(runnerId)
+    }
+    let rows: { seq: string; id: string; kind: string; payload: string; attempt: number }[]
+    try {
+      rows = (await this.#query<(typeof rows)[number]>('claim jobs', this.#q.claimJobs, [limit, runnerId, now])).rows
+    } catch (err) {
+      this.#claimInDoubt.add(runnerId)
+      throw err
+    }
+    for (const row of rows) this.#handed.set(row.id, runnerId)
+    // RETURNING gives no order; workers start oldest first.
+    return rows
+      .map((r) => ({ seq: Number(r.seq), id: r.id, kind: r.kind, payload: r.payload, attempt: r.attempt }))
+      .sort((a, b) => a.seq - b.seq)
+      .map(({ seq: _seq, ...job }) => job)
+  }
+
+  async jobPublish({ id, attempt, result, now }: { id: string; attempt: number; result: string; now: number }): Promise<boolean> {
+    const res = await this.#query('publish result', this.#q.publishResult, [id, attempt, result, now])
+    return res.rowCount === 1
+  }
+
+  async jobFinishMany({ finishes, now, signal }: { finishes: readonly JobFinish[]; now: number; signal?: AbortSignal }): Promise<boolean[]> {
+    const res = await this.#query<{ id: string }>(
+      'finish jobs',
+      this.#q.finishJobs,
+      [
+        finishes.map((f) => f.id),
+        finishes.map((f) => f.attempt),
+        finishes.map((f) => f.status),
+        finishes.map((f) => f.result),
+        finishes.map((f) => f.error),
+        now,
+      ],
+      signal,
+    )
+    const changed = new Set(res.rows.map((r) => r.id))
+    // Applied or refused by the fence, the job is no longer this driver's to requeue.
+    for (const f of finishes) this.#handed.delete(f.id)
+    return finishes.map((f) => changed.has(f.id))
+  }
+
+  async jobFailInterrupted({ runnerId, error, now }: { runnerId: string; error: string; now: number }): Promise<number> {
+    return (await this.#query('fail interrupted jobs', this.#q.failInterrupted, [runnerId, error, now])).rowCount ?? 0
+  }
+
+  async runnerRegister({ runnerId, now }: { runnerId: string; now: number }): Promise<void> {
+    await this.#query('register runner', this.#q.registerRunner, [runnerId, now, this.#leaseMs])
+  }
+
+  async runnerHeartbeat({ runnerId, now }: { runnerId: string; now: number }): Promise<boolean> {
+    return (await this.#query('renew runner', this.#q.heartbeatRunner, [runnerId, now, this.#leaseMs])).rowCount === 1
+  }
+
+  async runnerUnregister({ runnerId }: { runnerId: string }): Promise<void> {
+    await this.#query('unregister runner', this.#q.deleteRunner, [runnerId])
+    for (const [id, runner] of this.#handed) if (runner === runnerId) this.#handed.delete(id)
+    this.#claimInDoubt.delete(runnerId)
+  }
+
+  async jobGet({ id, scope }: { id: string; scope?: string | null }): Promise<JobRow | undefined> {
+    const res =
+      scope === undefined
+        ? await this.#query<JobRow>('get job', this.#q.getJob, [id])
+        : await this.#query<JobRow>('get job', this.#q.getScopedJob, [id, scope])
+    return res.rows[0]
+  }
+
+  async jobList({ scope, status, kind, limit, before }: JobListParams): Promise<ListedJob[]> {
+    const res = await this.#query<JobRow & { seq: string }>('list jobs', this.#q.listJobs, [
+      before ?? Number.MAX_SAFE_INTEGER,
+      scope === undefined,
+      scope ?? null,
+      status ?? null,
+      kind ?? null,
+      limit,
+    ])
+    return res.rows.map(({ seq, ...row }) => ({ ...row, position: Number(seq) }))
+  }
+
+  /**
+   * Calls `callback` on every notification of an insert into this schema
+   * (from any process, or any client's committed transaction) and every
+   * `pollIntervalMs` besides. The listening connection is opened with the
+   * first callback and closed with the last.
+   */
+  onWake(callback: () => void): () => void {
+    this.#wakers.add(callback)
+    if (this.#wakers.size === 1 && !this.#closed) this.#startWaking()
+    return () => {
+      if (!this.#wakers.delete(callback) || this.#wakers.size > 0) return
+      this.#stopWaking()
+    }
+  }
+
+  #startWaking(): void {
+    const wake = () => {
+      for (const w of this.#wakers) w()
+    }
+    this.#poll = setInterval(wake, this.#pollIntervalMs)
+    this.#poll.unref()
+    if (this.#listen) {
+      const config: pg.ClientConfig = this.#ownsPool ? { connectionString: this.#pool.options.connectionString } : { ...this.#pool.options }
+      this.#listener = new NotificationListener({ ...config, keepAlive: true }, NOTIFY_CHANNEL, this.schema, wake)
+      this.#listener.start()
+    }
+  }
+
+  #stopWaking(): void {
+    clearInterval(this.#poll)
+    this.#poll = undefined
+    void this.#listener?.stop()
+    this.#listener = undefined
+  }
+
+  /** Closes the listening connection and, when the driver opened it, the pool; a pool handed in stays open. */
+  async close(): Promise<void> {
+    if (this.#closed) return
+    this.#closed = true
+    this.#wakers.clear()
+    const listener = this.#listener
+    this.#stopWaking()
+    await listener?.stop()
+    if (this.#ownsPool) await this.#pool.end()
+  }
+
+  /**
+   * Runs one statement on a pooled connection after the migrations,
+   * mapping any failure to DatabaseError. When `signal` aborts first, the
+   * attempt fails with a transient `timeout` and its connection is
+   * destroyed, so the statement ends with it rather than holding a pooled
+   * connection.
+   */
+  async #query<R extends object = Record<string, unknown>>(
+    operation: string,
+    text: string,
+    values: unknown[],
+    signal?: AbortSignal,
+  ): Promise<pg.QueryResult<R>> {
+    let client: pg.PoolClient | undefined
+    try {
+      await abortable(this.migrate(), signal)
+      client = await abortable(this.#pool.connect(), signal, (late) => late.release())
+      const res = await abortable(client.query<R>(text, values), signal)
+      client.release()
+      return res
+    } catch (err) {
+      // A connection that failed or timed out is not put back for reuse.
+      client?.release(!isStatementError(err))
+      throw toDatabaseError(operation, err)
+    }
+  }
+}
+
+function insertValues(jobs: readonly NewJob[], now: number): unknown[] {
+  return [jobs.map((j) => j.id), jobs.map((j) => j.kind), jobs.map((j) => j.payload), jobs.map((j) => j.scope), now]
+}
+
+class Aborted extends Error {}
+
+/** Settles like `promise`, or rejects once `signal` aborts; a value that arrives late goes to `late`. */
+function abortable<T>(promise: Promise<T>, signal: AbortSignal | undefined, late?: (value: T) => void): Promise<T> {
+  if (signal === undefined) return promise
+  return new Promise<T>((resolve, reject) => {
+    let done = false
+    const onAbort = () => {
+      if (done) return
+      done = true
+      promise.then((value) => late?.(value), () => undefined)
+      reject(new Aborted())
+    }
+    if (signal.aborted) return onAbort()
+    signal.addEventListener('abort', onAbort, { once: true })
+    promise.then(
+      (value) => {
+        signal.removeEventListener('abort', onAbort)
+        if (done) return late?.(value)
+        done = true
+        resolve(value)
+      },
+      (err: unknown) => {
+        signal.removeEventListener('abort', onAbort)
+        if (done) return
+        done = true
+        reject(err)
+      },
+    )
+  })
+}
+
+/** An error the server reported for a statement on a healthy connection (one that can be reused). */
+function isStatementError(err: unknown): boolean {
+  if (!(err instanceof pg.DatabaseError) || typeof err.code !== 'string') return false
+  return !/^(08|57P0)/.test(err.code)
+}
+
+/**
+ * Turns anything a pg call throws into a DatabaseError naming the SQLSTATE
+ * or socket code, never the message, which can quote the values written.
+ * jobtable's own errors (a schema too new) pass through.
+ */
+export function toDatabaseError(operation: string, err: unknown): JobtableError {
+  if (err instanceof JobtableError) return err
+  if (err instanceof Aborted) return new DatabaseError(operation, 'timeout', true)
+  const code = (err as { code?: unknown } | null)?.code
+  if (typeof code === 'string' && /^[0-9A-Z]{5}$/.test(code)) return new DatabaseError(operation, code, TRANSIENT_SQLSTATE.test(code))
+  if (typeof code === 'string' && TRANSIENT_ERRNO.has(code)) return new DatabaseError(operation, code, true)
+  const message = err instanceof Error ? err.message : ''
+  if (PG_CONNECTION_LOST.test(message)) return new DatabaseError(operation, 'connection_lost', true)
+  if (/pool after calling end/.test(message)) return new DatabaseError(operation, 'closed', false)
+  return new DatabaseError(operation, 'unexpected', false)
+}

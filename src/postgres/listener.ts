@@ -1,0 +1,66 @@
+import pg from 'pg'
+import { Backoff, sleep } from '../runner/backoff.js'
+
+/**
+ * A dedicated connection that LISTENs for the notifications of inserted
+ * jobs and calls `onNotify` for those of one schema. When the connection
+ * drops (a restart, pg_terminate_backend, a network fault) it reconnects
+ * with backoff from 50 ms doubling to 5 s, and calls `onNotify` once
+ * listening again, since inserts made meanwhile sent notifications no one
+ * heard. Errors are not reported: the driver's fallback poll covers every
+ * moment this connection is down.
+ */
+export class NotificationListener {
+  readonly #config: pg.ClientConfig
+  readonly #channel: string
+  readonly #schema: string
+  readonly #onNotify: () => void
+  readonly #stopping = new AbortController()
+  #loop: Promise<void> | undefined
+
+  constructor(config: pg.ClientConfig, channel: string, schema: string, onNotify: () => void) {
+    this.#config = config
+    this.#channel = channel
+    this.#schema = schema
+    this.#onNotify = onNotify
+  }
+
+  /** Starts listening in the background. */
+  start(): void {
+    this.#loop ??= this.#run()
+  }
+
+  /** Stops listening and closes the connection. */
+  async stop(): Promise<void> {
+    this.#stopping.abort()
+    await this.#loop
+  }
+
+  async #run(): Promise<void> {
+    const backoff = new Backoff()
+    const stopping = this.#stopping.signal
+    while (!stopping.aborted) {
+      const client = new pg.Client(this.#config)
+      const lost = new Promise<void>((resolve) => {
+        client.on('error', () => resolve())
+        client.on('end', () => resolve())
+        stopping.addEventListener('abort', () => resolve(), { once: true })
+      })
+      client.on('notification', (msg) => {
+        if (msg.channel === this.#channel && msg.payload === this.#schema) this.#onNotify()
+      })
+      try {
+        await client.connect()
+        await client.query(`LISTEN ${this.#channel}`)
+        backoff.reset()
+        this.#onNotify()
+        await lost
+      } catch {
+        // Refused or dropped: try again after the backoff.
+      } finally {
+        await client.end().catch(() => undefined)
+      }
+      if (!stopping.aborted) await sleep(backoff.next(), stopping)
+    }
+  }
+}

@@ -1,0 +1,126 @@
+import type pg from 'pg'
+import { SchemaVersionError } from '../errors.js'
+import { NOTIFY_CHANNEL } from './queries.js'
+
+/** A numbered migration: `sql(s)` gives its statements for the quoted schema `s`. */
+interface Migration {
+  readonly version: number
+  readonly sql: (s: string) => string
+}
+
+/**
+ * The schema, as numbered migrations applied in order, versions aligned
+ * with the SQLite backend: version N means the same columns everywhere
+ * (PostgreSQL types where SQLite has its own). An applied migration is
+ * never edited; later work adds one at the end.
+ */
+export const MIGRATIONS: readonly Migration[] = [
+  {
+    version: 1,
+    sql: (s) => `
+      -- seq is the claim order: insertion order, never a clock reading.
+      -- attempt counts claims; every write after a claim is fenced on it.
+      -- payload is text: exactly the JSON that was validated (jsonb would
+      -- refuse a NUL character the payload schema allowed, failing the
+      -- whole batch of enqueues it travels in). result is jsonb, so a
+      -- result PostgreSQL cannot store is refused at the final write,
+      -- which fails that job with internal_error.
+      CREATE TABLE ${s}.jobs (
+        seq         bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+        id          text    NOT NULL UNIQUE,
+        kind        text    NOT NULL,
+        status      text    NOT NULL DEFAULT 'queued'
+                    CHECK (status IN ('queued', 'running', 'succeeded', 'failed')),
+        payload     text    NOT NULL,
+        result      jsonb,
+        error       text,
+        attempt     integer NOT NULL DEFAULT 0,
+        runner_id   text,
+        created_at  bigint  NOT NULL,
+        updated_at  bigint  NOT NULL,
+        started_at  bigint,
+        finished_at bigint
+      );
+      -- Partial indexes keep a claim and the sweep fast however many
+      -- finished rows the table holds.
+      CREATE INDEX jobs_queued ON ${s}.jobs (seq) WHERE status = 'queued';
+      CREATE INDEX jobs_running ON ${s}.jobs (runner_id) WHERE status = 'running';
+      -- Wakes idle runners of every process on any insert, including one in
+      -- a user's own transaction made by any client: the notification is
+      -- sent when that transaction commits, and never when it rolls back.
+      -- Once per statement, so a batch of a thousand jobs is one message.
+      CREATE FUNCTION ${s}.notify_jobs_inserted() RETURNS trigger LANGUAGE plpgsql AS $$
+      BEGIN
+        PERFORM pg_notify('${NOTIFY_CHANNEL}', TG_TABLE_SCHEMA);
+        RETURN NULL;
+      END
+      $$;
+      CREATE TRIGGER jobs_inserted AFTER INSERT ON ${s}.jobs
+        FOR EACH STATEMENT EXECUTE FUNCTION ${s}.notify_jobs_inserted();
+    `,
+  },
+  {
+    version: 2,
+    sql: (s) => `
+      -- The owner scope a job was enqueued under; NULL for none.
+      ALTER TABLE ${s}.jobs ADD COLUMN scope text;
+      CREATE INDEX jobs_scope ON ${s}.jobs (scope, seq);
+    `,
+  },
+  {
+    version: 3,
+    sql: (s) => `
+      -- The live runners, one row per runner boot, each with a lease on the
+      -- database's clock (ms since the epoch) that it renews: a sweep fails
+      -- the running jobs of a runner only once its lease has lapsed.
+      CREATE TABLE ${s}.runners (
+        id           text   NOT NULL PRIMARY KEY,
+        started_at   bigint NOT NULL,
+        heartbeat_at bigint NOT NULL,
+        expires_at   bigint
+      );
+    `,
+  },
+]
+
+/** The schema version this jobtable writes. */
+export const SCHEMA_VERSION = MIGRATIONS.length
+
+/**
+ * Applies the migrations the schema lacks in one transaction under a
+ * transaction-scoped advisory lock keyed by the schema, so ten processes
+ * starting at once migrate exactly once: the others wait for the lock,
+ * then find nothing to do. A schema made by a newer jobtable is refused
+ * with SchemaVersionError and left untouched. `schema` must be quoted.
+ */
+export async function migrateSchema(client: pg.ClientBase, schema: string, target = SCHEMA_VERSION): Promise<void> {
+  // Fast path without the lock, which needs no CREATE privilege once migrated.
+  const current = await readVersion(client, schema)
+  if (current !== undefined && current > SCHEMA_VERSION) throw new SchemaVersionError(current, SCHEMA_VERSION)
+  if (current !== undefined && current >= target) return
+  await client.query('BEGIN')
+  try {
+    await client.query(`SELECT pg_advisory_xact_lock(hashtext('jobtable'), hashtext($1))`, [schema])
+    await client.query(`CREATE SCHEMA IF NOT EXISTS ${schema}`)
+    await client.query(`CREATE TABLE IF NOT EXISTS ${schema}.migrations (version integer PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now())`)
+    const locked = (await readVersion(client, schema)) ?? 0
+    if (locked > SCHEMA_VERSION) throw new SchemaVersionError(locked, SCHEMA_VERSION)
+    for (const m of MIGRATIONS) {
+      if (m.version <= locked || m.version > target) continue
+      await client.query(m.sql(schema))
+      await client.query(`INSERT INTO ${schema}.migrations (version) VALUES ($1)`, [m.version])
+    }
+    await client.query('COMMIT')
+  } catch (err) {
+    await client.query('ROLLBACK').catch(() => undefined)
+    throw err
+  }
+}
+
+/** The schema's version, or undefined when it has no migrations table yet. */
+async function readVersion(client: pg.ClientBase, schema: string): Promise<number | undefined> {
+  const exists = await client.query<{ found: boolean }>(`SELECT to_regclass($1) IS NOT NULL AS found`, [`${schema}.migrations`])
+  if (!exists.rows[0]?.found) return undefined
+  const row = await client.query<{ version: number | null }>(`SELECT max(version) AS version FROM ${schema}.migrations`)
+  return row.rows[0]?.version ?? 0
+}
