@@ -59,15 +59,21 @@ function toJson(kind: string, payload: unknown): { text: string; value: unknown 
 }
 
 function accept(kind: string, input: unknown, result: StandardSchemaV1.Result<unknown>, text: string): string {
-  if (result.issues) throw new InvalidPayloadError(kind, result.issues.map(toIssue))
+  if (result.issues) throw new InvalidPayloadError(kind, result.issues.flatMap(toIssues))
   const unknown = unknownField(input, result.value, [])
   if (unknown !== undefined) throw new InvalidPayloadError(kind, [{ path: unknown, message: 'unknown field' }])
   return text
 }
 
-function toIssue(issue: StandardSchemaV1.Issue): PayloadIssue {
-  const path = (issue.path ?? []).map((p) => String(typeof p === 'object' ? p.key : p)).join('.')
-  return { path, message: issue.message }
+function toIssues(issue: StandardSchemaV1.Issue): PayloadIssue[] {
+  const path = (issue.path ?? []).map((p) => String(typeof p === 'object' ? p.key : p))
+  // A strict object schema reports unknown keys at the object itself; zod lists them in `keys`,
+  // so name each unknown field as the non-strict path would.
+  const keys = (issue as { keys?: unknown }).keys
+  if (Array.isArray(keys) && keys.length > 0 && keys.every((k) => typeof k === 'string')) {
+    return keys.map((key: string) => ({ path: [...path, key].join('.'), message: 'unknown field' }))
+  }
+  return [{ path: path.join('.'), message: issue.message }]
 }
 
 /** The dotted path of the first field of input that output dropped, if any. */

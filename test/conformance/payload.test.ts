@@ -28,6 +28,13 @@ describe.each(backends)('$name: payloads', (backend) => {
     for (const payload of refused) {
       await expect(kind.enqueue(payload as never), JSON.stringify(payload)).rejects.toBeInstanceOf(InvalidPayloadError)
     }
+    const strict = runner.register('strict_recipe', { payload: z.strictObject({ url: z.string() }), handler: () => undefined })
+    await expect(strict.enqueue({ url: 'https://a.example', token: 'x', more: { a: 1 } } as never)).rejects.toMatchObject({
+      issues: [
+        { path: 'token', message: 'unknown field' },
+        { path: 'more', message: 'unknown field' },
+      ],
+    })
     await expect(kind.enqueue({ url: 'https://a.example', extra: 1 } as never)).rejects.toMatchObject({
       code: 'invalid_payload',
       issues: [{ path: 'extra', message: 'unknown field' }],
