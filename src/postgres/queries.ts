@@ -35,18 +35,23 @@ export function queries(s: string) {
      * for each other; a row another claimer has just updated is skipped,
      * so no job is claimed twice. The inner SELECT walks the partial index
      * jobs_queued (queued rows only, in seq order), so millions of
-     * finished rows cost nothing. EXPLAIN with 1,000,000 finished rows and
-     * 1,000 queued ones (PostgreSQL 15):
+     * finished rows cost nothing. EXPLAIN ANALYZE with 1,000,000 finished
+     * rows and 1,000 queued ones, LIMIT 10 (PostgreSQL 15: 0.5 ms, 206
+     * shared buffers hit):
      *
-     *   Update on jobs  (cost=1.09..99.60 rows=10 width=78)
+     *   Update on jobs j  (cost=1.26..85.48 rows=10 width=122)
      *     CTE next
-     *       ->  Limit  (cost=0.28..0.72 rows=10 width=14)
-     *             ->  LockRows  (cost=0.28..44.48 rows=1000 width=14)
-     *                   ->  Index Scan using jobs_queued on jobs jobs_1  (cost=0.28..34.48 rows=1000 width=14)
-     *     ->  Nested Loop  (cost=0.43..98.88 rows=10 width=78)
+     *       ->  Limit  (cost=0.28..0.83 rows=10 width=14)
+     *             ->  LockRows  (cost=0.28..77.81 rows=1401 width=14)
+     *                   ->  Index Scan using jobs_queued on jobs  (cost=0.28..63.80 rows=1401 width=14)
+     *                         Filter: (status = 'queued'::text)
+     *     ->  Nested Loop  (cost=0.42..84.65 rows=10 width=122)
      *           ->  CTE Scan on next  (cost=0.00..0.20 rows=10 width=40)
-     *           ->  Index Scan using jobs_pkey on jobs  (cost=0.43..9.87 rows=1 width=38)
+     *           ->  Index Scan using jobs_pkey on jobs j  (cost=0.42..8.44 rows=1 width=18)
      *                 Index Cond: (seq = next.seq)
+     *
+     * (The Filter re-checks status on the row LockRows returned: a row
+     * another claimer changed since the index entry was read is skipped.)
      */
     claimJobs: `
       WITH next AS (

@@ -1,0 +1,40 @@
+import { spawn, type ChildProcess } from 'node:child_process'
+import { fileURLToPath } from 'node:url'
+
+const WORKER = fileURLToPath(new URL('./worker-process.ts', import.meta.url))
+
+/** A runner in a child process (see worker-process.ts). */
+export interface WorkerProcess {
+  readonly child: ChildProcess
+  /** Resolves to the child's runner id once its runner has started. */
+  readonly ready: Promise<string>
+  /** Resolves with the exit code or signal once the child has exited. */
+  readonly exited: Promise<number | string | null>
+}
+
+/** Spawns `node --import tsx --conditions=source worker-process.ts` with `env` added. */
+export function spawnWorker(env: Record<string, string>): WorkerProcess {
+  const child = spawn(process.execPath, ['--import', 'tsx', '--conditions=source', WORKER], {
+    env: { ...process.env, ...env },
+    stdio: ['ignore', 'pipe', 'pipe'],
+  })
+  let stderr = ''
+  child.stderr!.on('data', (chunk: Buffer) => (stderr += chunk.toString()))
+  const exited = new Promise<number | string | null>((resolve) => child.on('exit', (code, signal) => resolve(signal ?? code)))
+  const ready = new Promise<string>((resolve, reject) => {
+    let out = ''
+    child.stdout!.on('data', (chunk: Buffer) => {
+      out += chunk.toString()
+      const match = /ready (\S+)\n/.exec(out)
+      if (match) resolve(match[1]!)
+    })
+    void exited.then((how) => reject(new Error(`worker process exited (${how}) before it was ready: ${stderr}`)))
+  })
+  ready.catch(() => undefined)
+  return { child, ready, exited }
+}
+
+/** Polls `check` until it returns true; for states only the database shows. */
+export async function eventually(check: () => Promise<boolean>, everyMs = 100): Promise<void> {
+  while (!(await check())) await new Promise((r) => setTimeout(r, everyMs))
+}

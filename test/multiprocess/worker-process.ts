@@ -1,0 +1,82 @@
+/**
+ * A runner in its own process, for the multi-process tests. Configured by
+ * environment variables:
+ *
+ * - JT_BACKEND: `postgres` (JT_PG_URL, JT_SCHEMA, JT_LEASE_MS, JT_SWEEP_MS)
+ *   or `sqlite` (JT_SQLITE_PATH, JT_SWEEP_MS).
+ * - JT_WORKERS: the runner's worker count.
+ * - JT_LEDGER: where each handler start is recorded before the handler
+ *   goes on: a table `<schema>.ledger (job_id, token)` on PostgreSQL, or a
+ *   SQLite file of this process's own (`<JT_LEDGER>-<pid>.db`).
+ *
+ * The `ledgered` kind records its start, then waits `ms` milliseconds.
+ * Prints `ready <runner id>` once started; SIGTERM closes the runner.
+ */
+import { randomUUID } from 'node:crypto'
+import Database from 'better-sqlite3'
+import pg from 'pg'
+import { z } from 'zod'
+import { Runner, type Driver } from 'jobtable'
+import { postgres } from 'jobtable/postgres'
+import { sqlite } from 'jobtable/sqlite'
+
+const env = (name: string): string => {
+  const value = process.env[name]
+  if (value === undefined) throw new Error(`worker-process: ${name} is required`)
+  return value
+}
+const backend = env('JT_BACKEND')
+const workers = Number(env('JT_WORKERS'))
+const silent = { debug() {}, info() {}, warn() {}, error() {} }
+
+let driver: Driver
+let record: (jobId: string) => Promise<void>
+if (backend === 'postgres') {
+  const url = env('JT_PG_URL')
+  const schema = env('JT_SCHEMA')
+  driver = postgres({
+    connectionString: url,
+    schema,
+    leaseMs: Number(process.env['JT_LEASE_MS'] ?? 30_000),
+    ...(process.env['JT_SWEEP_MS'] ? { sweepIntervalMs: Number(process.env['JT_SWEEP_MS']) } : {}),
+  })
+  const ledger = new pg.Pool({ connectionString: url, max: 4 })
+  ledger.on('error', () => undefined)
+  record = async (jobId) => {
+    // One token per start: a retried insert of this start is deduplicated,
+    // a second start of the job is not. Retried until it lands, so a
+    // database restart cannot turn a start into a handler failure.
+    const token = randomUUID()
+    for (;;) {
+      try {
+        await ledger.query(`INSERT INTO "${schema}".ledger (job_id, token) VALUES ($1, $2) ON CONFLICT (token) DO NOTHING`, [jobId, token])
+        return
+      } catch {
+        await new Promise((r) => setTimeout(r, 100))
+      }
+    }
+  }
+} else {
+  driver = sqlite({ path: env('JT_SQLITE_PATH'), sweepIntervalMs: Number(process.env['JT_SWEEP_MS'] ?? 5_000) })
+  const ledger = new Database(`${env('JT_LEDGER')}-${process.pid}.db`)
+  ledger.pragma('journal_mode = WAL')
+  ledger.exec('CREATE TABLE IF NOT EXISTS ledger (job_id TEXT NOT NULL, token TEXT NOT NULL)')
+  const insert = ledger.prepare('INSERT INTO ledger (job_id, token) VALUES (?, ?)')
+  record = async (jobId) => void insert.run(jobId, randomUUID())
+}
+
+const runner = new Runner({ driver, workers, logger: silent })
+runner.register('ledgered', {
+  payload: z.strictObject({ ms: z.number().int() }),
+  handler: async ({ ms }, job) => {
+    await record(job.id)
+    if (ms > 0) await new Promise((r) => setTimeout(r, ms))
+  },
+})
+await runner.start()
+// A runner alone keeps nothing open on SQLite; this process exists to run it.
+setInterval(() => undefined, 1 << 30)
+process.stdout.write(`ready ${runner.id}\n`)
+process.on('SIGTERM', () => {
+  void runner.close().then(() => process.exit(0))
+})
