@@ -65,7 +65,7 @@ describe.each(backends)('$name: HTTP API', (backend) => {
     expect(wrongType.status).toBe(422)
     expect(wrongType.json).toMatchObject({ code: 'invalid_payload', issues: [{ path: 'n' }] })
     const unknownField = await api.post({ kind: 'echo', payload: { n: 1, extra: MARKER } })
-    expect(unknownField.json).toMatchObject({ code: 'invalid_payload', issues: [{ path: 'extra', message: 'unknown field' }] })
+    expect(unknownField.json).toMatchObject({ code: 'invalid_payload', issues: [{ path: 'extra' }] })
     const notObject = await api.post({ kind: 'echo', payload: MARKER })
     expect(notObject.json.code).toBe('invalid_payload')
     for (const a of [wrongType, unknownField, notObject]) expect(a.text).not.toContain(MARKER)
