@@ -36,6 +36,14 @@ export interface SqliteOptions {
    * interrupted. Default 5000 ms. A starting runner does so at once.
    */
   readonly sweepIntervalMs?: number
+  /**
+   * How often an idle runner checks whether another process committed to
+   * the file (PRAGMA data_version, which reads no table), and looks for
+   * queued jobs when one did: a job enqueued by another process sharing
+   * the file starts within this. Enqueues in this process wake at once.
+   * Default 1000 ms.
+   */
+  readonly pollIntervalMs?: number
 }
 
 const SYNCHRONOUS = { normal: 'NORMAL', full: 'FULL' } as const
@@ -74,6 +82,9 @@ export class SqliteDriver implements Driver<Database.Database, true> {
   readonly #otherRunners: Database.Statement
   readonly #sweep: (gone: readonly string[], runnerId: string, error: string, now: number) => number
   readonly #locks: RunnerLocks
+  readonly #pollIntervalMs: number
+  readonly #wakers = new Set<() => void>()
+  #poll: NodeJS.Timeout | undefined
   readonly #get: Database.Statement
   readonly #getScoped: Database.Statement
   readonly #list: Database.Statement
@@ -84,7 +95,7 @@ export class SqliteDriver implements Driver<Database.Database, true> {
 
   constructor(options: SqliteOptions) {
     if (options === null || typeof options !== 'object') throw new ConfigError('sqlite: options are required')
-    const { path, database, synchronous, busyTimeoutMs = 20, sweepIntervalMs = 5_000 } = options
+    const { path, database, synchronous, busyTimeoutMs = 20, sweepIntervalMs = 5_000, pollIntervalMs = 1_000 } = options
     if ((path === undefined) === (database === undefined)) {
       throw new ConfigError('sqlite: give either path (a database file) or database (a better-sqlite3 Database)')
     }
@@ -93,6 +104,8 @@ export class SqliteDriver implements Driver<Database.Database, true> {
     if (synchronous !== undefined && !(synchronous in SYNCHRONOUS)) throw new ConfigError("sqlite: synchronous must be 'normal' or 'full'")
     if (!Number.isInteger(busyTimeoutMs) || busyTimeoutMs < 0) throw new ConfigError('sqlite: busyTimeoutMs must be an integer >= 0')
     if (!Number.isInteger(sweepIntervalMs) || sweepIntervalMs < 1) throw new ConfigError('sqlite: sweepIntervalMs must be an integer >= 1')
+    if (!Number.isInteger(pollIntervalMs) || pollIntervalMs < 1) throw new ConfigError('sqlite: pollIntervalMs must be an integer >= 1')
+    this.#pollIntervalMs = pollIntervalMs
     // An OS lock proves a runner alive or gone (RunnerLocks): no heartbeat.
     this.capabilities = { txSync: true, liveness: { heartbeatMs: null, sweepMs: sweepIntervalMs } }
 
@@ -227,9 +240,47 @@ export class SqliteDriver implements Driver<Database.Database, true> {
     return rows.map(({ seq, ...row }) => ({ ...row, position: seq }))
   }
 
+  /**
+   * Calls `callback` when another connection, in this process or another,
+   * has committed to the file since the last check (every pollIntervalMs),
+   * so a job another process enqueued is found without its wake.
+   */
+  onWake(callback: () => void): () => void {
+    this.#wakers.add(callback)
+    if (this.#poll === undefined && !this.#closed && !this.#writer.memory) {
+      let seen = this.#dataVersion()
+      this.#poll = setInterval(() => {
+        const now = this.#dataVersion()
+        if (now === seen) return
+        seen = now
+        for (const w of this.#wakers) w()
+      }, this.#pollIntervalMs)
+      // Like every other liveness timer, it never keeps a process alive alone.
+      this.#poll.unref()
+    }
+    return () => {
+      this.#wakers.delete(callback)
+      if (this.#wakers.size > 0) return
+      clearInterval(this.#poll)
+      this.#poll = undefined
+    }
+  }
+
+  /** The file's change counter as the reading connection sees it; undefined once closed or failing (then every tick wakes). */
+  #dataVersion(): number | undefined {
+    try {
+      return this.#reader.pragma('data_version', { simple: true }) as number
+    } catch {
+      return undefined
+    }
+  }
+
   async close(): Promise<void> {
     if (this.#closed) return
     this.#closed = true
+    clearInterval(this.#poll)
+    this.#poll = undefined
+    this.#wakers.clear()
     this.#locks.releaseAll()
     if (this.#reader !== this.#writer) this.#reader.close()
     if (this.#ownsWriter) this.#writer.close()

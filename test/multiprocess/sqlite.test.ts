@@ -1,0 +1,135 @@
+import { mkdtempSync, readdirSync, rmSync } from 'node:fs'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
+import Database from 'better-sqlite3'
+import { afterEach, beforeEach, describe, expect, it } from 'vitest'
+import { z } from 'zod'
+import { CODE_INTERRUPTED, Runner } from 'jobtable'
+import { sqlite } from 'jobtable/sqlite'
+import { FaultyDriver } from '../support/faults.js'
+import { captureLogs } from '../support/logs.js'
+import { gate, track } from '../support/wait.js'
+import { eventually, spawnWorker, type WorkerProcess } from './processes.js'
+
+const silent = { debug() {}, info() {}, warn() {}, error() {} }
+const payload = z.strictObject({ ms: z.number().int() })
+
+describe('sqlite: several processes on one file', () => {
+  let dir: string
+  let path: string
+  let children: WorkerProcess[] = []
+  const opened: Runner[] = []
+
+  beforeEach(() => {
+    dir = mkdtempSync(join(tmpdir(), 'jobtable-mp-'))
+    path = join(dir, 'jobs.db')
+  })
+  afterEach(async () => {
+    for (const c of children) c.child.kill('SIGKILL')
+    await Promise.all(children.map((c) => c.exited))
+    children = []
+    for (const r of opened.splice(0)) await r.close().catch(() => undefined)
+    rmSync(dir, { recursive: true, force: true })
+  })
+
+  const start = (n: number, env: Record<string, string> = {}) => {
+    const started = Array.from({ length: n }, () =>
+      spawnWorker({ JT_BACKEND: 'sqlite', JT_SQLITE_PATH: path, JT_LEDGER: join(dir, 'ledger'), JT_WORKERS: '8', ...env }),
+    )
+    children.push(...started)
+    return started
+  }
+
+  const runner = (options: { sweepIntervalMs?: number } = {}) => {
+    const r = new Runner({ driver: sqlite({ path, ...options }), logger: silent })
+    opened.push(r)
+    return r
+  }
+
+  const read = <R>(text: string, ...values: unknown[]): R[] => {
+    const db = new Database(path, { readonly: true })
+    try {
+      return db.prepare(text).all(...values) as R[]
+    } finally {
+      db.close()
+    }
+  }
+
+  /** Job id → handler starts, merged from every process's own ledger file. */
+  const ledger = () => {
+    const starts = new Map<string, number>()
+    for (const file of readdirSync(dir).filter((f) => /^ledger-\d+\.db$/.test(f))) {
+      const db = new Database(join(dir, file), { readonly: true })
+      for (const { job_id } of db.prepare('SELECT job_id FROM ledger').all() as { job_id: string }[]) starts.set(job_id, (starts.get(job_id) ?? 0) + 1)
+      db.close()
+    }
+    return starts
+  }
+
+  it('2 processes x 8 workers run 20,000 jobs: every handler starts exactly once and every job succeeds', async () => {
+    // The file is created and migrated before the processes open it.
+    const enqueuer = runner()
+    const kind = enqueuer.register('ledgered', { payload, handler: () => undefined })
+    const procs = start(2)
+    await Promise.all(procs.map((p) => p.ready))
+    const ids: string[] = []
+    for (let i = 0; i < 20_000; i += 1000) ids.push(...(await kind.enqueueMany(Array.from({ length: 1000 }, () => ({ ms: 0 })))))
+    // The processes learn of these inserts from the file's change counter (pollIntervalMs).
+    await eventually(async () => read<{ n: number }>(`SELECT count(*) AS n FROM jobtable_jobs WHERE status IN ('queued', 'running')`)[0]!.n === 0, 250)
+
+    const starts = ledger()
+    expect(starts.size).toBe(20_000)
+    for (const id of ids) expect(starts.get(id)).toBe(1)
+    expect(read(`SELECT status, count(*) AS n FROM jobtable_jobs GROUP BY status`)).toEqual([{ status: 'succeeded', n: 20_000 }])
+  }, 180_000)
+
+  it("a starting runner leaves a live process's running jobs alone; once that process is killed, a sweep fails them as interrupted", async () => {
+    const enqueuer = runner()
+    const kind = enqueuer.register('ledgered', { payload, handler: () => undefined })
+    const [live] = start(1, { JT_WORKERS: '2' })
+    const liveId = await live!.ready
+    // Held for an hour: these stay running until their process dies.
+    await kind.enqueueMany([{ ms: 3_600_000 }, { ms: 3_600_000 }])
+    await eventually(async () => read(`SELECT id FROM jobtable_jobs WHERE status = 'running' AND runner_id = ?`, liveId).length === 2)
+
+    const logs = captureLogs()
+    const second = new Runner({ driver: sqlite({ path, sweepIntervalMs: 50 }), logger: logs })
+    opened.push(second)
+    second.register('ledgered', { payload, handler: () => undefined })
+    await second.start()
+    expect(read(`SELECT status FROM jobtable_jobs`)).toEqual([{ status: 'running' }, { status: 'running' }])
+
+    live!.child.kill('SIGKILL')
+    await live!.exited
+    // Only the lock file can tell the sweep that process is gone.
+    await eventually(async () => read(`SELECT id FROM jobtable_jobs WHERE status = 'running'`).length === 0)
+    expect(read(`SELECT status, error, runner_id FROM jobtable_jobs`)).toEqual([
+      { status: 'failed', error: CODE_INTERRUPTED, runner_id: liveId },
+      { status: 'failed', error: CODE_INTERRUPTED, runner_id: liveId },
+    ])
+    expect(logs.lines).toContainEqual({ level: 'warn', fields: { count: 2 }, message: 'failed jobs interrupted by restart' })
+    expect(ledger().size).toBe(2)
+  }, 60_000)
+
+  it('two runners of one process on one file: the second start does not fail the first one’s running job', async () => {
+    const first = runner()
+    const release = gate()
+    const kind = first.register('ledgered', { payload, handler: () => release.promise })
+    const done = track(first)
+    await first.start()
+    const id = await kind.enqueue({ ms: 0 })
+    await done.starts(1)
+
+    const faulty = new FaultyDriver(sqlite({ path, sweepIntervalMs: 1 }))
+    const second = new Runner({ driver: faulty.driver, logger: silent })
+    opened.push(second)
+    second.register('ledgered', { payload, handler: () => undefined })
+    await second.start()
+    // The start's sweep and twenty periodic ones.
+    await eventually(async () => (faulty.calls['jobFailInterrupted'] ?? 0) > 20, 5)
+    expect((await second.get(id)).status).toBe('running')
+    release.open()
+    await done.ends([id])
+    expect((await second.get(id)).status).toBe('succeeded')
+  })
+})
