@@ -309,6 +309,18 @@ export class PostgresDriver implements Driver<PgQueryable, false> {
   }
 
   /**
+   * Cancels the statement a timed-out attempt left on `client`'s server
+   * process. Closing the socket alone is not enough: a backend waiting for
+   * a row lock does not notice it, and would make the write once the lock
+   * is granted, after the caller was told it failed.
+   */
+  #cancel(client: pg.PoolClient): void {
+    const pid = (client as unknown as { processID: number | null }).processID
+    if (pid === null) return
+    this.#pool.query('SELECT pg_cancel_backend($1)', [pid]).catch(() => undefined)
+  }
+
+  /**
    * Runs one statement on a pooled connection after the migrations,
    * mapping any failure to DatabaseError. When `signal` aborts first, the
    * attempt fails with a transient `timeout` and its connection is
@@ -329,6 +341,7 @@ export class PostgresDriver implements Driver<PgQueryable, false> {
       client.release()
       return res
     } catch (err) {
+      if (err instanceof Aborted && client !== undefined) this.#cancel(client)
       // A connection that failed or timed out is not put back for reuse.
       client?.release(!isStatementError(err))
       throw toDatabaseError(operation, err)
@@ -387,8 +400,9 @@ export function toDatabaseError(operation: string, err: unknown): JobtableError 
   if (err instanceof JobtableError) return err
   if (err instanceof Aborted) return new DatabaseError(operation, 'timeout', true)
   const code = (err as { code?: unknown } | null)?.code
-  if (typeof code === 'string' && /^[0-9A-Z]{5}$/.test(code)) return new DatabaseError(operation, code, TRANSIENT_SQLSTATE.test(code))
+  // Socket codes first: EPIPE has the shape of a SQLSTATE.
   if (typeof code === 'string' && TRANSIENT_ERRNO.has(code)) return new DatabaseError(operation, code, true)
+  if (typeof code === 'string' && /^[0-9A-Z]{5}$/.test(code)) return new DatabaseError(operation, code, TRANSIENT_SQLSTATE.test(code))
   const message = err instanceof Error ? err.message : ''
   if (PG_CONNECTION_LOST.test(message)) return new DatabaseError(operation, 'connection_lost', true)
   if (/pool after calling end/.test(message)) return new DatabaseError(operation, 'closed', false)

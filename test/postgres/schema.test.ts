@@ -1,0 +1,83 @@
+import pg from 'pg'
+import { afterEach, beforeEach, describe, expect, it } from 'vitest'
+import { ConfigError, SchemaVersionError } from 'jobtable'
+import { postgres, SCHEMA_VERSION } from 'jobtable/postgres'
+import { PG_URL, postgresBackend, testSchema } from '../support/backends.js'
+
+const skip = postgresBackend().skip
+
+describe.skipIf(skip !== undefined)('postgres: schema and migrations', () => {
+  let schema: string
+  let admin: pg.Pool
+  beforeEach(() => {
+    schema = testSchema()
+    admin = new pg.Pool({ connectionString: PG_URL, max: 2 })
+  })
+  afterEach(async () => {
+    await admin.query(`DROP SCHEMA IF EXISTS "${schema}" CASCADE`)
+    await admin.end()
+  })
+
+  it('ten processes starting at once migrate exactly once, under the advisory lock', async () => {
+    const drivers = Array.from({ length: 10 }, () => postgres({ connectionString: PG_URL, schema }))
+    try {
+      // Without the lock, concurrent CREATE SCHEMA / CREATE TABLE fail with duplicate-object errors.
+      await Promise.all(drivers.map((d) => d.migrate()))
+    } finally {
+      await Promise.all(drivers.map((d) => d.close()))
+    }
+    const versions = await admin.query<{ version: number }>(`SELECT version FROM "${schema}".migrations ORDER BY version`)
+    expect(versions.rows.map((r) => r.version)).toEqual(Array.from({ length: SCHEMA_VERSION }, (_, i) => i + 1))
+    const tables = await admin.query<{ name: string }>(
+      `SELECT table_name AS name FROM information_schema.tables WHERE table_schema = $1 ORDER BY 1`,
+      [schema],
+    )
+    expect(tables.rows.map((r) => r.name)).toEqual(['jobs', 'migrations', 'runners'])
+  })
+
+  it('refuses a schema made by a newer jobtable and leaves it untouched', async () => {
+    const first = postgres({ connectionString: PG_URL, schema })
+    await first.migrate()
+    await first.close()
+    await admin.query(`INSERT INTO "${schema}".migrations (version) VALUES ($1)`, [SCHEMA_VERSION + 1])
+    const newer = postgres({ connectionString: PG_URL, schema })
+    try {
+      await expect(newer.migrate()).rejects.toBeInstanceOf(SchemaVersionError)
+      await expect(newer.jobList({ limit: 1 })).rejects.toBeInstanceOf(SchemaVersionError)
+    } finally {
+      await newer.close()
+    }
+    const versions = await admin.query(`SELECT version FROM "${schema}".migrations`)
+    expect(versions.rowCount).toBe(SCHEMA_VERSION + 1)
+  })
+
+  it('migrates a schema left at an older version forward, keeping its jobs', async () => {
+    const first = postgres({ connectionString: PG_URL, schema })
+    await first.migrate()
+    await first.jobInsertMany({ jobs: [{ id: 'kept', kind: 'echo', payload: '{}', scope: null }], now: 1 })
+    await first.close()
+    // Back to version 2: the runners table of version 3 is gone.
+    await admin.query(`DROP TABLE "${schema}".runners; DELETE FROM "${schema}".migrations WHERE version = 3`)
+    const second = postgres({ connectionString: PG_URL, schema })
+    try {
+      await second.migrate()
+      expect(await second.jobGet({ id: 'kept' })).toMatchObject({ id: 'kept', status: 'queued' })
+    } finally {
+      await second.close()
+    }
+    const runners = await admin.query(`SELECT to_regclass($1) AS t`, [`"${schema}".runners`])
+    expect(runners.rows[0].t).not.toBeNull()
+  })
+
+  it('refuses a schema name that is not a plain identifier, and options that are not given right', () => {
+    for (const bad of ['', 'a-b', 'a"; DROP SCHEMA public; --', '1abc', 'x'.repeat(64)]) {
+      expect(() => postgres({ connectionString: PG_URL, schema: bad })).toThrow(ConfigError)
+    }
+    expect(() => postgres({} as never)).toThrow(ConfigError)
+    expect(() => postgres({ connectionString: PG_URL, pool: new pg.Pool() })).toThrow(ConfigError)
+    expect(() => postgres({ connectionString: PG_URL, leaseMs: 0 })).toThrow(ConfigError)
+    expect(() => postgres({ connectionString: PG_URL, pollIntervalMs: 1.5 })).toThrow(ConfigError)
+  })
+})
+
+if (skip !== undefined) console.warn(`jobtable tests: PostgreSQL schema tests SKIPPED: ${skip}`)
