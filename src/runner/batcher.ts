@@ -1,6 +1,6 @@
 /**
- * Collects the items added during one turn of the event loop and hands
- * them to `process` together, one batch at a time. This is how concurrent
+ * Collects the items added before the current microtasks run out and
+ * hands them to `process` together, one batch at a time. This is how concurrent
  * enqueues share a transaction and how finished jobs are group-committed:
  * each caller still waits for the write that holds its own item, so the
  * batching is invisible to it. Items added while a batch is being written
@@ -24,7 +24,9 @@ export class Batcher<T> {
       this.#queue.push({ item, resolve, reject })
       if (!this.#running) {
         this.#running = true
-        setImmediate(() => void this.#drain())
+        // A microtask, not setImmediate: a lone write starts at once, and
+        // concurrent callers whose awaits resolve together still share it.
+        queueMicrotask(() => void this.#drain())
       }
     })
   }
