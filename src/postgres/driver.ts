@@ -154,9 +154,12 @@ export class PostgresDriver implements Driver<PgQueryable, false> {
     let client: pg.PoolClient | undefined
     try {
       client = await this.#pool.connect()
+      client.on('error', ignore)
       await migrateSchema(client, this.#quoted)
+      client.off('error', ignore)
       client.release()
     } catch (err) {
+      client?.off('error', ignore)
       client?.release(true)
       throw toDatabaseError('migrate', err)
     }
@@ -337,17 +340,30 @@ export class PostgresDriver implements Driver<PgQueryable, false> {
     try {
       await abortable(this.migrate(), signal)
       client = await abortable(this.#pool.connect(), signal, (late) => late.release())
+      client.on('error', ignore)
       const res = await abortable(client.query<R>(text, values), signal)
+      client.off('error', ignore)
       client.release()
       return res
     } catch (err) {
       if (err instanceof Aborted && client !== undefined) this.#cancel(client)
+      client?.off('error', ignore)
       // A connection that failed or timed out is not put back for reuse.
       client?.release(!isStatementError(err))
       throw toDatabaseError(operation, err)
     }
   }
 }
+
+/**
+ * A checked-out pg client has no 'error' listener of the pool's, and an
+ * error event with no listener crashes the process. The server can end a
+ * connection (a restart, pg_terminate_backend) in the instant between a
+ * statement's answer and the client's release, when no statement is there
+ * to receive the error: this listener takes it, and the next statement on
+ * that client fails as a transient connection error instead.
+ */
+function ignore(): void {}
 
 function insertValues(jobs: readonly NewJob[], now: number): unknown[] {
   return [jobs.map((j) => j.id), jobs.map((j) => j.kind), jobs.map((j) => j.payload), jobs.map((j) => j.scope), now]

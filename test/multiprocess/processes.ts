@@ -10,6 +10,8 @@ export interface WorkerProcess {
   readonly ready: Promise<string>
   /** Resolves with the exit code or signal once the child has exited. */
   readonly exited: Promise<number | string | null>
+  /** What the child wrote to standard error so far. */
+  stderr(): string
 }
 
 /** Spawns `node --import tsx --conditions=source worker-process.ts` with `env` added. */
@@ -31,7 +33,7 @@ export function spawnWorker(env: Record<string, string>): WorkerProcess {
     void exited.then((how) => reject(new Error(`worker process exited (${how}) before it was ready: ${stderr}`)))
   })
   ready.catch(() => undefined)
-  return { child, ready, exited }
+  return { child, ready, exited, stderr: () => stderr }
 }
 
 /** Polls `check` until it returns true; for states only the database shows. */

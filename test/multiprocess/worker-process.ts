@@ -13,6 +13,7 @@
  * Prints `ready <runner id>` once started; SIGTERM closes the runner.
  */
 import { randomUUID } from 'node:crypto'
+import { appendFileSync } from 'node:fs'
 import Database from 'better-sqlite3'
 import pg from 'pg'
 import { z } from 'zod'
@@ -27,7 +28,12 @@ const env = (name: string): string => {
 }
 const backend = env('JT_BACKEND')
 const workers = Number(env('JT_WORKERS'))
-const silent = { debug() {}, info() {}, warn() {}, error() {} }
+const logFile = process.env['JT_LOG']
+const line = (level: string) => (fields: object, message: string) => {
+  if (logFile) appendFileSync(logFile, JSON.stringify({ pid: process.pid, level, ...fields, message }) + '\n')
+}
+/** Warnings and errors go to JT_LOG when it is set, to explain a failing test. */
+const logger = { debug() {}, info() {}, warn: line('warn'), error: line('error') }
 
 let driver: Driver
 let record: (jobId: string) => Promise<void>
@@ -65,7 +71,7 @@ if (backend === 'postgres') {
   record = async (jobId) => void insert.run(jobId, randomUUID())
 }
 
-const runner = new Runner({ driver, workers, logger: silent })
+const runner = new Runner({ driver, workers, logger })
 runner.register('ledgered', {
   payload: z.strictObject({ ms: z.number().int() }),
   handler: async ({ ms }, job) => {
