@@ -37,6 +37,13 @@ export interface Driver<Tx = unknown, TxSync extends boolean = boolean> {
    */
   jobFinishMany(params: { finishes: readonly JobFinish[]; now: number; signal?: AbortSignal }): Promise<boolean[]>
   /**
+   * Optional: makes final writes as jobFinishMany does and, in the same
+   * transaction, claims as jobClaim does up to `claim.limit` queued jobs
+   * for the workers those writes free. One transaction per batch instead
+   * of two: the runner uses it when present.
+   */
+  jobFinishManyAndClaim?(params: FinishAndClaimParams): Promise<FinishAndClaimResult>
+  /**
    * Fails with `error` every running job whose runner is proven gone: one
    * whose liveness signal (see DriverCapabilities.liveness) is lost, or
    * that is not registered at all (it stopped, leaving a job it could not
@@ -99,6 +106,20 @@ export interface LivenessCapability {
   readonly heartbeatMs: number | null
   /** How often a runner looks for the running jobs of gone runners and fails them. */
   readonly sweepMs: number
+}
+
+/** What jobFinishManyAndClaim takes. */
+export interface FinishAndClaimParams {
+  readonly finishes: readonly JobFinish[]
+  readonly now: number
+  readonly signal?: AbortSignal
+  readonly claim: { readonly limit: number; readonly runnerId: string }
+}
+
+/** What jobFinishManyAndClaim returns: `applied` as jobFinishMany, `claimed` as jobClaim. */
+export interface FinishAndClaimResult {
+  readonly applied: boolean[]
+  readonly claimed: ClaimedJob[]
 }
 
 /** A job to insert, already validated and encoded. */

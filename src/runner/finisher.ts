@@ -1,8 +1,15 @@
-import type { Driver, JobFinish } from '../driver.js'
+import type { ClaimedJob, Driver, JobFinish } from '../driver.js'
 import { CODE_INTERNAL, finalWriteSignal } from '../job.js'
 import type { Logger } from '../logger.js'
 import { Backoff, errorCode, isTransient, sleep } from './backoff.js'
 import { Batcher } from './batcher.js'
+
+/** Where jobs claimed with a batch's final writes go. */
+export interface ClaimFor {
+  readonly runnerId: string
+  /** Receives the jobs claimed for `freed` workers about to be freed (fewer jobs when the queue ran short). */
+  take(jobs: ClaimedJob[], freed: number): void
+}
 
 interface Finishing {
   readonly finish: JobFinish
@@ -28,12 +35,14 @@ export class Finisher {
   readonly #clock: () => number
   readonly #stopping: AbortSignal
   readonly #batcher: Batcher<Finishing>
+  readonly #claimFor: ClaimFor
 
-  constructor(driver: Driver, logger: Logger, clock: () => number, stopping: AbortSignal) {
+  constructor(driver: Driver, logger: Logger, clock: () => number, stopping: AbortSignal, claimFor: ClaimFor) {
     this.#driver = driver
     this.#logger = logger
     this.#clock = clock
     this.#stopping = stopping
+    this.#claimFor = claimFor
     this.#batcher = new Batcher((batch) => this.#write(batch))
   }
 
@@ -51,11 +60,7 @@ export class Finisher {
     const backoff = new Backoff()
     for (;;) {
       try {
-        const applied = await this.#driver.jobFinishMany({
-          finishes: batch.map((b) => b.finish),
-          now: this.#clock(),
-          signal: finalWriteSignal(),
-        })
+        const applied = await this.#finishAndClaim(batch)
         batch.forEach((b, i) => {
           if (!applied[i]) this.#logger.error(fields(b), 'record job outcome: the job is not running under this claim')
         })
@@ -73,6 +78,30 @@ export class Finisher {
         await sleep(delay, this.#stopping)
       }
     }
+  }
+
+  /**
+   * Writes a batch; where the driver can, claims in the same transaction
+   * the next jobs for the workers the batch frees (one transaction per
+   * batch instead of two: about a fifth more jobs per second on SQLite in
+   * bench/). Not once stopping: a stopping runner claims nothing.
+   */
+  async #finishAndClaim(batch: Finishing[]): Promise<boolean[]> {
+    const finishes = batch.map((b) => b.finish)
+    const now = this.#clock()
+    const signal = finalWriteSignal()
+    if (this.#driver.jobFinishManyAndClaim === undefined || this.#stopping.aborted) {
+      return this.#driver.jobFinishMany({ finishes, now, signal })
+    }
+    const limit = batch.length
+    const { applied, claimed } = await this.#driver.jobFinishManyAndClaim({
+      finishes,
+      now,
+      signal,
+      claim: { limit, runnerId: this.#claimFor.runnerId },
+    })
+    this.#claimFor.take(claimed, limit)
+    return applied
   }
 
   async #writeRefused(batch: Finishing[], err: unknown): Promise<void> {

@@ -132,6 +132,10 @@ export class Runner<D extends Driver = Driver> {
   #kick: (() => void) | undefined
   #loop: Promise<void> | undefined
   readonly #running = new Set<Promise<void>>()
+  /** Jobs claimed together with final writes, for the workers those writes free; started before any new claim. */
+  #prefetched: ClaimedJob[] = []
+  /** How many workers about to be freed had a claim made for them with their final write, so need no claim of their own. */
+  #lookedAfter = 0
   #fatal: unknown
   #stopped: Promise<void> | undefined
   readonly #liveness: Liveness
@@ -155,7 +159,13 @@ export class Runner<D extends Driver = Driver> {
     this.#idleWorkers = workers
     this.#logger = logger ?? defaultLogger()
     this.#clock = clock
-    this.#finisher = new Finisher(driver, this.#logger, clock, this.#stopping.signal)
+    this.#finisher = new Finisher(driver, this.#logger, clock, this.#stopping.signal, {
+      runnerId: this.id,
+      take: (jobs, freed) => {
+        this.#prefetched.push(...jobs)
+        this.#lookedAfter += freed
+      },
+    })
     this.#inserter = new Batcher((jobs) => this.#driver.jobInsertMany({ jobs, now: this.#clock() }))
     this.#liveness = new Liveness(driver, this.id, this.#logger, clock)
   }
@@ -329,7 +339,12 @@ export class Runner<D extends Driver = Driver> {
     this.#stopping.abort()
     this.#kick?.()
     await this.#loop
-    await Promise.all(this.#running)
+    // Jobs claimed with the last final writes still run: they are claimed, and their workers are free.
+    for (;;) {
+      for (const job of this.#prefetched.splice(0)) this.#start(job)
+      if (this.#running.size === 0) break
+      await Promise.all(this.#running)
+    }
     await this.#finisher.idle()
     this.#unwake?.()
     await this.#liveness.stop()
@@ -346,6 +361,10 @@ export class Runner<D extends Driver = Driver> {
   async #claimLoop(): Promise<void> {
     const backoff = new Backoff()
     while (!this.#stopping.signal.aborted) {
+      if (this.#prefetched.length > 0 && this.#idleWorkers > 0) {
+        for (const job of this.#prefetched.splice(0, this.#idleWorkers)) this.#start(job)
+        continue
+      }
       if (!this.#kicked || this.#idleWorkers === 0) {
         await new Promise<void>((resolve) => (this.#kick = resolve))
         this.#kick = undefined
@@ -372,21 +391,30 @@ export class Runner<D extends Driver = Driver> {
         this.#kicked = true
         continue
       }
-      for (const job of jobs) {
-        this.#idleWorkers--
-        const run = this.#run(job)
-          .catch(() => {
-            // #run handles every outcome itself; reaching here is a jobtable bug, and its text may quote job data.
-            this.#logger.error({ job_id: job.id, kind: job.kind }, 'unexpected error running a job; it fails at the next start')
-          })
-          .finally(() => {
-            this.#running.delete(run)
-            this.#idleWorkers++
-            this.wake()
-          })
-        this.#running.add(run)
-      }
+      for (const job of jobs) this.#start(job)
     }
+  }
+
+  /** Starts a claimed job on an idle worker; when it ends, the worker looks for work again. */
+  #start(job: ClaimedJob): void {
+    this.#idleWorkers--
+    const run = this.#run(job)
+      .catch(() => {
+        // #run handles every outcome itself; reaching here is a jobtable bug, and its text may quote job data.
+        this.#logger.error({ job_id: job.id, kind: job.kind }, 'unexpected error running a job; it fails at the next start')
+      })
+      .finally(() => {
+        this.#running.delete(run)
+        this.#idleWorkers++
+        if (this.#lookedAfter > 0) {
+          // A claim was made with this job's final write: start what it found, claim nothing new.
+          this.#lookedAfter--
+          this.#kick?.()
+        } else {
+          this.wake()
+        }
+      })
+    this.#running.add(run)
   }
 
   /** Runs one claimed job to completion and makes its final write. */

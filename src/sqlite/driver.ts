@@ -1,5 +1,16 @@
 import Database from 'better-sqlite3'
-import type { ClaimedJob, Driver, DriverCapabilities, JobFinish, JobListParams, JobRow, ListedJob, NewJob } from '../driver.js'
+import type {
+  ClaimedJob,
+  Driver,
+  DriverCapabilities,
+  FinishAndClaimParams,
+  FinishAndClaimResult,
+  JobFinish,
+  JobListParams,
+  JobRow,
+  ListedJob,
+  NewJob,
+} from '../driver.js'
 import { ConfigError, DatabaseError } from '../errors.js'
 import { migrate } from './migrations.js'
 import * as sql from './queries.js'
@@ -91,6 +102,7 @@ export class SqliteDriver implements Driver<Database.Database, true> {
   readonly #insertOnTx = new WeakMap<Database.Database, Database.Statement>()
   readonly #insertMany: (jobs: readonly NewJob[], now: number) => void
   readonly #finishMany: (finishes: readonly JobFinish[], now: number) => boolean[]
+  readonly #finishManyAndClaim: (finishes: readonly JobFinish[], now: number, limit: number, runnerId: string) => FinishAndClaimResult
   #closed = false
 
   constructor(options: SqliteOptions) {
@@ -143,11 +155,32 @@ export class SqliteDriver implements Driver<Database.Database, true> {
     this.#list = this.#reader.prepare(sql.listJobs)
     this.#insertOnTx.set(this.#writer, this.#insert)
     this.#insertMany = this.#writer.transaction((jobs: readonly NewJob[], now: number) => {
-      for (const job of jobs) this.#insert.run({ ...job, now })
+      for (const job of jobs) this.#insertOne(this.#insert, job, now)
     }).immediate
-    this.#finishMany = this.#writer.transaction((finishes: readonly JobFinish[], now: number) =>
-      finishes.map((f) => this.#finish.run({ ...f, now }).changes === 1),
+    this.#finishMany = this.#writer.transaction((finishes: readonly JobFinish[], now: number) => this.#finishEach(finishes, now)).immediate
+    this.#finishManyAndClaim = this.#writer.transaction(
+      (finishes: readonly JobFinish[], now: number, limit: number, runnerId: string) => ({
+        applied: this.#finishEach(finishes, now),
+        claimed: this.#claimRows(limit, runnerId, now),
+      }),
     ).immediate
+  }
+
+  // Named parameters spelled out rather than spread: this runs once per job on the hot path.
+  #insertOne(statement: Database.Statement, job: NewJob, now: number): void {
+    statement.run({ id: job.id, kind: job.kind, payload: job.payload, scope: job.scope, now })
+  }
+
+  #finishEach(finishes: readonly JobFinish[], now: number): boolean[] {
+    return finishes.map(
+      (f) => this.#finish.run({ id: f.id, attempt: f.attempt, status: f.status, result: f.result, error: f.error, now }).changes === 1,
+    )
+  }
+
+  #claimRows(limit: number, runnerId: string, now: number): ClaimedJob[] {
+    const rows = this.#claim.all({ limit, runnerId, now }) as (ClaimedJob & { seq: number })[]
+    // RETURNING gives no order; workers start oldest first.
+    return rows.sort((a, b) => a.seq - b.seq)
   }
 
   /** The writing connection: the database handed in, or the one jobtable opened. */
@@ -156,7 +189,9 @@ export class SqliteDriver implements Driver<Database.Database, true> {
   }
 
   async jobInsertMany({ jobs, now }: { jobs: readonly NewJob[]; now: number }): Promise<void> {
-    run('insert jobs', () => this.#insertMany(jobs, now))
+    // A single statement is its own transaction: no BEGIN and COMMIT around a lone insert.
+    if (jobs.length === 1) run('insert jobs', () => this.#insertOne(this.#insert, jobs[0]!, now))
+    else run('insert jobs', () => this.#insertMany(jobs, now))
   }
 
   jobInsertTx({ tx, jobs, now }: { tx: Database.Database; jobs: readonly NewJob[]; now: number }): void {
@@ -168,14 +203,12 @@ export class SqliteDriver implements Driver<Database.Database, true> {
     }
     const statement = insert
     run('insert job', () => {
-      for (const job of jobs) statement.run({ ...job, now })
+      for (const job of jobs) this.#insertOne(statement, job, now)
     })
   }
 
   async jobClaim({ limit, runnerId, now }: { limit: number; runnerId: string; now: number }): Promise<ClaimedJob[]> {
-    const rows = run('claim jobs', () => this.#claim.all({ limit, runnerId, now })) as (ClaimedJob & { seq: number })[]
-    // RETURNING gives no order; workers start oldest first.
-    return rows.sort((a, b) => a.seq - b.seq)
+    return run('claim jobs', () => this.#claimRows(limit, runnerId, now))
   }
 
   async jobPublish({ id, attempt, result, now }: { id: string; attempt: number; result: string; now: number }): Promise<boolean> {
@@ -184,6 +217,10 @@ export class SqliteDriver implements Driver<Database.Database, true> {
 
   async jobFinishMany({ finishes, now }: { finishes: readonly JobFinish[]; now: number }): Promise<boolean[]> {
     return run('finish jobs', () => this.#finishMany(finishes, now))
+  }
+
+  async jobFinishManyAndClaim({ finishes, now, claim }: FinishAndClaimParams): Promise<FinishAndClaimResult> {
+    return run('finish and claim jobs', () => this.#finishManyAndClaim(finishes, now, claim.limit, claim.runnerId))
   }
 
   /**

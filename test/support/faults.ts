@@ -18,7 +18,8 @@ export class FaultyDriver {
         const value = Reflect.get(target, prop, receiver) as unknown
         if (typeof value !== 'function') return value
         return (...args: unknown[]) => {
-          const name = String(prop)
+          // A final write, whether or not the driver claims in the same transaction.
+          const name = prop === 'jobFinishManyAndClaim' ? 'jobFinishMany' : String(prop)
           const call = (this.calls[name] = (this.calls[name] ?? 0) + 1)
           for (const rule of this.#rules) {
             if (rule.method === name && rule.shouldFail(call)) return Promise.reject(rule.error())
