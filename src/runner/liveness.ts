@@ -1,7 +1,10 @@
 import type { Driver } from '../driver.js'
 import { CODE_INTERRUPTED } from '../job.js'
 import type { Logger } from '../logger.js'
-import { errorCode } from './backoff.js'
+import { Backoff, errorCode, isTransient, sleep } from './backoff.js'
+
+/** How many times start tries to register and sweep before a transient error fails it (about 1.5 s of backoff). */
+const START_ATTEMPTS = 6
 
 /**
  * A runner's presence in the database, so that several processes can share
@@ -38,10 +41,10 @@ export class Liveness {
    * database refuses; resolves to how many jobs it failed.
    */
   async start(): Promise<number> {
-    await this.#driver.runnerRegister({ runnerId: this.#runnerId, now: this.#clock() })
+    await this.#retryTransient(() => this.#driver.runnerRegister({ runnerId: this.#runnerId, now: this.#clock() }))
     let failed: number
     try {
-      failed = await this.#sweepOnce()
+      failed = await this.#retryTransient(() => this.#sweepOnce())
     } catch (err) {
       await this.#driver.runnerUnregister({ runnerId: this.#runnerId }).catch(() => undefined)
       throw err
@@ -61,6 +64,23 @@ export class Liveness {
     } catch (err) {
       // Its lease lapses by itself; a driver proving death by a lock releases it on close.
       this.#logger.error({ error: errorCode(err) }, 'unregister runner failed; its registration lapses')
+    }
+  }
+
+  /**
+   * Runs `op`, retrying a transient database error a few times with
+   * backoff: another process busy on a shared SQLite file, or a connection
+   * being re-established, should not make a start fail.
+   */
+  async #retryTransient<T>(op: () => Promise<T>): Promise<T> {
+    const backoff = new Backoff()
+    for (let attempt = 1; ; attempt++) {
+      try {
+        return await op()
+      } catch (err) {
+        if (!isTransient(err) || attempt >= START_ATTEMPTS) throw err
+        await sleep(backoff.next())
+      }
     }
   }
 

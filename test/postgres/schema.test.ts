@@ -69,6 +69,16 @@ describe.skipIf(skip !== undefined)('postgres: schema and migrations', () => {
     expect(runners.rows[0].t).not.toBeNull()
   })
 
+  it("works on the application's own pool and leaves it open on close", async () => {
+    const pool = new pg.Pool({ connectionString: PG_URL, max: 3 })
+    const d = postgres({ pool, schema })
+    await d.jobInsertMany({ jobs: [{ id: 'j', kind: 'echo', payload: '{}', scope: null }], now: 1 })
+    await d.close()
+    expect(pool.ending).toBe(false)
+    expect((await pool.query(`SELECT status FROM "${schema}".jobs WHERE id = 'j'`)).rows).toEqual([{ status: 'queued' }])
+    await pool.end()
+  })
+
   it('refuses a schema name that is not a plain identifier, and options that are not given right', () => {
     for (const bad of ['', 'a-b', 'a"; DROP SCHEMA public; --', '1abc', 'x'.repeat(64)]) {
       expect(() => postgres({ connectionString: PG_URL, schema: bad })).toThrow(ConfigError)
