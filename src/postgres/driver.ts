@@ -1,5 +1,16 @@
 import pg from 'pg'
-import type { ClaimedJob, Driver, DriverCapabilities, JobFinish, JobListParams, JobRow, ListedJob, NewJob } from '../driver.js'
+import type {
+  ClaimedJob,
+  Driver,
+  DriverCapabilities,
+  FinishAndClaimParams,
+  FinishAndClaimResult,
+  JobFinish,
+  JobListParams,
+  JobRow,
+  ListedJob,
+  NewJob,
+} from '../driver.js'
 import { ConfigError, DatabaseError, JobtableError } from '../errors.js'
 import { NotificationListener } from './listener.js'
 import { migrateSchema } from './migrations.js'
@@ -182,18 +193,57 @@ export class PostgresDriver implements Driver<PgQueryable, false> {
   }
 
   async jobClaim({ limit, runnerId, now }: { limit: number; runnerId: string; now: number }): Promise<ClaimedJob[]> {
-    if (this.#claimInDoubt.has(runnerId)) {
-      const handed = [...this.#handed].filter(([, runner]) => runner === runnerId).map(([id]) => id)
-      await this.#query('requeue lost claims', this.#q.requeueLostClaims, [runnerId, handed, now])
-      this.#claimInDoubt.delete(runnerId)
-    }
-    let rows: { seq: string; id: string; kind: string; payload: string; attempt: number }[]
+    await this.#requeueLostClaims(runnerId, now)
+    let rows: ClaimedRow[]
     try {
-      rows = (await this.#query<(typeof rows)[number]>('claim jobs', this.#q.claimJobs, [limit, runnerId, now])).rows
+      rows = (await this.#query<ClaimedRow>('claim jobs', this.#q.claimJobs, [limit, runnerId, now])).rows
     } catch (err) {
       this.#claimInDoubt.add(runnerId)
       throw err
     }
+    return this.#handOut(rows, runnerId)
+  }
+
+  /**
+   * Final writes and the next claim in one statement (see
+   * queries.finishAndClaimJobs). A failure leaves the claim in doubt, as
+   * jobClaim's does: it may have committed with its answer lost.
+   */
+  async jobFinishManyAndClaim({ finishes, now, signal, claim }: FinishAndClaimParams): Promise<FinishAndClaimResult> {
+    await this.#requeueLostClaims(claim.runnerId, now)
+    let rows: (ClaimedRow & { part: 'f' | 'c' })[]
+    try {
+      const values = [...finishValues(finishes, now), claim.limit, claim.runnerId]
+      rows = (await this.#query<(typeof rows)[number]>('finish and claim jobs', this.#q.finishAndClaimJobs, values, signal)).rows
+    } catch (err) {
+      this.#claimInDoubt.add(claim.runnerId)
+      throw err
+    }
+    const changed = new Set(rows.filter((r) => r.part === 'f').map((r) => r.id))
+    for (const f of finishes) this.#handed.delete(f.id)
+    return {
+      applied: finishes.map((f) => changed.has(f.id)),
+      claimed: this.#handOut(
+        rows.filter((r) => r.part === 'c'),
+        claim.runnerId,
+      ),
+    }
+  }
+
+  /**
+   * Before a runner's next claim after one that failed, puts back the jobs
+   * that failed claim may have marked running for it (see
+   * queries.requeueLostClaims); no handler ever saw them.
+   */
+  async #requeueLostClaims(runnerId: string, now: number): Promise<void> {
+    if (!this.#claimInDoubt.has(runnerId)) return
+    const handed = [...this.#handed].filter(([, runner]) => runner === runnerId).map(([id]) => id)
+    await this.#query('requeue lost claims', this.#q.requeueLostClaims, [runnerId, handed, now])
+    this.#claimInDoubt.delete(runnerId)
+  }
+
+  /** Records claimed rows as handed to `runnerId` and returns them as jobs, oldest first. */
+  #handOut(rows: readonly ClaimedRow[], runnerId: string): ClaimedJob[] {
     for (const row of rows) this.#handed.set(row.id, runnerId)
     // RETURNING gives no order; workers start oldest first.
     return rows
@@ -208,19 +258,7 @@ export class PostgresDriver implements Driver<PgQueryable, false> {
   }
 
   async jobFinishMany({ finishes, now, signal }: { finishes: readonly JobFinish[]; now: number; signal?: AbortSignal }): Promise<boolean[]> {
-    const res = await this.#query<{ id: string }>(
-      'finish jobs',
-      this.#q.finishJobs,
-      [
-        finishes.map((f) => f.id),
-        finishes.map((f) => f.attempt),
-        finishes.map((f) => f.status),
-        finishes.map((f) => f.result),
-        finishes.map((f) => f.error),
-        now,
-      ],
-      signal,
-    )
+    const res = await this.#query<{ id: string }>('finish jobs', this.#q.finishJobs, finishValues(finishes, now), signal)
     const changed = new Set(res.rows.map((r) => r.id))
     // Applied or refused by the fence, the job is no longer this driver's to requeue.
     for (const f of finishes) this.#handed.delete(f.id)
@@ -364,6 +402,26 @@ export class PostgresDriver implements Driver<PgQueryable, false> {
  * that client fails as a transient connection error instead.
  */
 function ignore(): void {}
+
+/** A row of a claim's RETURNING. */
+interface ClaimedRow {
+  readonly seq: string
+  readonly id: string
+  readonly kind: string
+  readonly payload: string
+  readonly attempt: number
+}
+
+function finishValues(finishes: readonly JobFinish[], now: number): unknown[] {
+  return [
+    finishes.map((f) => f.id),
+    finishes.map((f) => f.attempt),
+    finishes.map((f) => f.status),
+    finishes.map((f) => f.result),
+    finishes.map((f) => f.error),
+    now,
+  ]
+}
 
 function insertValues(jobs: readonly NewJob[], now: number): unknown[] {
   return [jobs.map((j) => j.id), jobs.map((j) => j.kind), jobs.map((j) => j.payload), jobs.map((j) => j.scope), now]
