@@ -7,13 +7,18 @@
  * form the next batch.
  */
 export class Batcher<T> {
-  readonly #process: (items: T[]) => Promise<void>
+  readonly #process: (items: T[]) => Promise<ItemErrors>
   readonly #maxBatch: number
   #queue: { item: T; resolve: () => void; reject: (err: unknown) => void }[] = []
   #running = false
   #idle: (() => void)[] = []
 
-  constructor(process: (items: T[]) => Promise<void>, maxBatch = 1000) {
+  /**
+   * `process` writes a batch. It may throw, refusing every item with that
+   * error, or return one entry per item: undefined where the item was
+   * written, the error that refused it otherwise.
+   */
+  constructor(process: (items: T[]) => Promise<ItemErrors>, maxBatch = 1000) {
     this.#process = process
     this.#maxBatch = maxBatch
   }
@@ -41,8 +46,12 @@ export class Batcher<T> {
     while (this.#queue.length > 0) {
       const batch = this.#queue.splice(0, this.#maxBatch)
       try {
-        await this.#process(batch.map((b) => b.item))
-        for (const b of batch) b.resolve()
+        const errors = await this.#process(batch.map((b) => b.item))
+        batch.forEach((b, i) => {
+          const err = errors?.[i]
+          if (err === undefined) b.resolve()
+          else b.reject(err)
+        })
       } catch (err) {
         for (const b of batch) b.reject(err)
       }
@@ -51,3 +60,6 @@ export class Batcher<T> {
     for (const resolve of this.#idle.splice(0)) resolve()
   }
 }
+
+/** Per item of a batch: undefined where it was written, the error that refused it otherwise; void when all were written. */
+export type ItemErrors = readonly unknown[] | void

@@ -15,7 +15,6 @@ import {
 } from '../errors.js'
 import {
   CODE_INTERNAL,
-  CODE_INTERRUPTED,
   CODE_UNKNOWN_KIND,
   JOB_STATUSES,
   finalWriteSignal,
@@ -27,7 +26,7 @@ import { type JobContext, type KindDefinition, RegisteredKind } from '../kind.js
 import { defaultLogger, type Logger } from '../logger.js'
 import { encodePayload, encodePayloadSync } from '../payload.js'
 import { Backoff, errorCode, isTransient, sleep } from './backoff.js'
-import { Batcher } from './batcher.js'
+import { Batcher, type ItemErrors } from './batcher.js'
 import { Finisher } from './finisher.js'
 import { Liveness } from './liveness.js'
 
@@ -166,7 +165,7 @@ export class Runner<D extends Driver = Driver> {
         this.#lookedAfter += freed
       },
     })
-    this.#inserter = new Batcher((jobs) => this.#driver.jobInsertMany({ jobs, now: this.#clock() }))
+    this.#inserter = new Batcher((jobs) => this.#insertBatch(jobs))
     this.#liveness = new Liveness(driver, this.id, this.#logger, clock)
   }
 
@@ -330,6 +329,25 @@ export class Runner<D extends Driver = Driver> {
     return id
   }
 
+  /**
+   * Writes the enqueues of one turn in one transaction. A permanent error
+   * may belong to a single job, so the batch is then written job by job:
+   * each caller gets its own answer, not a neighbour's refusal.
+   */
+  async #insertBatch(jobs: NewJob[]): Promise<ItemErrors> {
+    try {
+      await this.#driver.jobInsertMany({ jobs, now: this.#clock() })
+      return
+    } catch (err) {
+      if (jobs.length === 1 || isTransient(err)) throw err
+    }
+    const errors: unknown[] = []
+    for (const job of jobs) {
+      errors.push(await this.#driver.jobInsertMany({ jobs: [job], now: this.#clock() }).then(() => undefined, (err: unknown) => err))
+    }
+    return errors
+  }
+
   async #stop(): Promise<void> {
     if (this.#state === 'new') {
       this.#state = 'stopped'
@@ -480,8 +498,9 @@ function toJob(row: JobRow): Job {
 function scopeOf(options: EnqueueOptions | undefined): string | null {
   const scope = options?.scope
   if (scope === undefined) return null
-  if (typeof scope !== 'string' || scope.length === 0 || scope.length > 256) {
-    throw new InvalidArgumentError('scope must be a non-empty string of at most 256 characters')
+  // Control characters are refused: a NUL cannot be stored in a PostgreSQL text column, and none belongs in an owner's name.
+  if (typeof scope !== 'string' || scope.length === 0 || scope.length > 256 || /[\u0000-\u001f\u007f]/.test(scope)) {
+    throw new InvalidArgumentError('scope must be a non-empty string of at most 256 characters, without control characters')
   }
   return scope
 }

@@ -98,6 +98,18 @@ describe.each(backends)('$name: database faults', (backend) => {
     expect(faulty.calls.jobFinishMany).toBe(2)
   })
 
+  it('refuses only the enqueue the database refuses for good, not the ones batched with it', async () => {
+    const faulty = new FaultyDriver(h.store.driver())
+    const runner = h.runner({ driver: faulty.driver })
+    const kind = runner.register('echo', { payload: echoPayload, handler: () => undefined })
+    faulty.failWhen('jobInsertMany', (p: { jobs: { payload: string }[] }) => p.jobs.some((j) => j.payload === '{"n":13}'), corrupt)
+    const outcomes = await Promise.allSettled([12, 13, 14].map((n) => kind.enqueue({ n })))
+    expect(faulty.calls.jobInsertMany).toBe(4) // the batch of three, then each alone
+    expect(outcomes.map((o) => o.status)).toEqual(['fulfilled', 'rejected', 'fulfilled'])
+    expect((outcomes[1] as PromiseRejectedResult).reason).toBeInstanceOf(DatabaseError)
+    expect((await runner.list()).jobs).toHaveLength(2)
+  })
+
   it('fences every write on the claim: a finished job is never finished again nor revived', async () => {
     const driver = h.store.driver()
     const id = crypto.randomUUID()

@@ -60,6 +60,15 @@ describe.each(backends)('$name: payloads', (backend) => {
     expect((await runner.list()).jobs.map((j) => j.id)).toEqual([id])
   })
 
+  it('refuses a scope that is empty, too long or holds control characters, storing nothing', async () => {
+    const runner = h.runner()
+    const kind = runner.register('echo', { payload: recipe, handler: () => undefined })
+    for (const scope of ['', 'x'.repeat(257), 'house\u0000hold', 'tab\there', 42]) {
+      await expect(kind.enqueue({ url: 'u' }, { scope: scope as string })).rejects.toMatchObject({ code: 'invalid_argument' })
+    }
+    expect((await runner.list()).jobs).toEqual([])
+  })
+
   it('refuses unknown fields nested in arrays and objects, with valibot too', async () => {
     const runner = h.runner()
     const kind = runner.register('plan', {

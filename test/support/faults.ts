@@ -9,7 +9,7 @@ type Method = 'jobInsertMany' | 'jobClaim' | 'jobPublish' | 'jobFinishMany' | 'j
  */
 export class FaultyDriver {
   readonly calls: Record<string, number> = {}
-  readonly #rules: { method: Method; shouldFail: (call: number) => boolean; error: () => unknown }[] = []
+  readonly #rules: { method: Method; shouldFail: (call: number, args: unknown[]) => boolean; error: () => unknown }[] = []
   readonly driver: Driver
 
   constructor(real: Driver) {
@@ -22,7 +22,7 @@ export class FaultyDriver {
           const name = prop === 'jobFinishManyAndClaim' ? 'jobFinishMany' : String(prop)
           const call = (this.calls[name] = (this.calls[name] ?? 0) + 1)
           for (const rule of this.#rules) {
-            if (rule.method === name && rule.shouldFail(call)) return Promise.reject(rule.error())
+            if (rule.method === name && rule.shouldFail(call, args)) return Promise.reject(rule.error())
           }
           return (value as (...a: unknown[]) => unknown).apply(target, args)
         }
@@ -34,6 +34,11 @@ export class FaultyDriver {
   failNth(method: Method, n: number, error: () => unknown = busy): void {
     const target = (this.calls[method] ?? 0) + n
     this.#rules.push({ method, shouldFail: (call) => call === target, error })
+  }
+
+  /** Fails every call of method whose params object satisfies the predicate. */
+  failWhen(method: Method, predicate: (params: never) => boolean, error: () => unknown = busy): void {
+    this.#rules.push({ method, shouldFail: (_call, args) => predicate(args[0] as never), error })
   }
 
   /** Fails every call of method until the returned function is called. */
