@@ -79,10 +79,11 @@ export interface Driver<Tx = unknown, TxSync extends boolean = boolean> {
   jobGet(params: { id: string; scope?: string | null }): Promise<JobRow | undefined>
   /**
    * Reads a page of jobs newest first (by insertion order), those inserted
-   * before the job with `before` when it is set. Filters apply when set;
-   * `scope` as in jobGet.
+   * before the job `beforeId` when it is set. Filters apply when set;
+   * `scope` as in jobGet. A `beforeId` not visible in `scope` gives an
+   * empty page.
    */
-  jobList(params: JobListParams): Promise<ListedJob[]>
+  jobList(params: JobListParams): Promise<JobRow[]>
   /** Closes the connections the driver opened itself; a database handed in by the user stays open. */
   close(): Promise<void>
 }
@@ -138,13 +139,8 @@ export interface JobListParams {
   readonly status?: JobStatus
   readonly kind?: string
   readonly limit: number
-  /** The position of the last job of the previous page, as ListedJob.position gave it. */
-  readonly before?: number
-}
-
-/** A job in a list, with its position in insertion order for the next page's cursor. */
-export interface ListedJob extends JobRow {
-  readonly position: number
+  /** The id of the last job of the previous page. */
+  readonly beforeId?: string
 }
 
 /** A job a runner has claimed: the claim is identified by `attempt`. */

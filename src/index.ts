@@ -7,7 +7,7 @@ export { Runner, jobStartChannel, jobEndChannel, claimErrorChannel } from './run
 export type { RunnerOptions, Kind, TxOf, TxResult, JobEvent, EnqueueOptions, ListOptions, JobPage } from './runner/runner.js'
 export type { JobContext, KindDefinition } from './kind.js'
 export type { Logger } from './logger.js'
-export type { Driver, DriverCapabilities, LivenessCapability, NewJob, ClaimedJob, JobFinish, JobRow, JobListParams, ListedJob } from './driver.js'
+export type { Driver, DriverCapabilities, LivenessCapability, NewJob, ClaimedJob, JobFinish, JobRow, JobListParams } from './driver.js'
 export {
   type Job,
   type JobStatus,

@@ -8,7 +8,6 @@ import type {
   JobFinish,
   JobListParams,
   JobRow,
-  ListedJob,
   NewJob,
 } from '../driver.js'
 import { ConfigError, DatabaseError, JobtableError } from '../errors.js'
@@ -291,16 +290,16 @@ export class PostgresDriver implements Driver<PgQueryable, false> {
     return res.rows[0]
   }
 
-  async jobList({ scope, status, kind, limit, before }: JobListParams): Promise<ListedJob[]> {
-    const res = await this.#query<JobRow & { seq: string }>('list jobs', this.#q.listJobs, [
-      before ?? Number.MAX_SAFE_INTEGER,
+  async jobList({ scope, status, kind, limit, beforeId }: JobListParams): Promise<JobRow[]> {
+    const res = await this.#query<JobRow>('list jobs', this.#q.listJobs, [
+      beforeId ?? null,
       scope === undefined,
       scope ?? null,
       status ?? null,
       kind ?? null,
       limit,
     ])
-    return res.rows.map(({ seq, ...row }) => ({ ...row, position: Number(seq) }))
+    return res.rows
   }
 
   /**

@@ -158,8 +158,9 @@ export function queries(s: string) {
      * applies only when its parameter is set ($2 true lists every scope).
      */
     listJobs: `
-      SELECT seq, id, kind, status, result::text AS result, error FROM ${s}.jobs
-       WHERE seq < $1
+      SELECT id, kind, status, result::text AS result, error FROM ${s}.jobs
+       WHERE ($1::text IS NULL OR seq < (SELECT c.seq FROM ${s}.jobs c
+                                          WHERE c.id = $1::text AND ($2::boolean OR c.scope IS NOT DISTINCT FROM $3::text)))
          AND ($2::boolean OR scope IS NOT DISTINCT FROM $3::text)
          AND ($4::text IS NULL OR status = $4::text)
          AND ($5::text IS NULL OR kind = $5::text)

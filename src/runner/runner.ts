@@ -280,11 +280,11 @@ export class Runner<D extends Driver = Driver> {
     const { scope, status, kind, limit = 50, cursor } = options
     if (!Number.isInteger(limit) || limit < 1 || limit > 1000) throw new InvalidArgumentError('limit must be an integer from 1 to 1000')
     if (status !== undefined && !JOB_STATUSES.includes(status)) throw new InvalidArgumentError('status must be one of ' + JOB_STATUSES.join(', '))
-    const before = cursor === undefined ? undefined : decodeCursor(cursor)
-    const rows = await this.#driver.jobList({ scope, status, kind, limit: limit + 1, before })
+    const beforeId = cursor === undefined ? undefined : decodeCursor(cursor)
+    const rows = await this.#driver.jobList({ scope, status, kind, limit: limit + 1, beforeId })
     const page = rows.slice(0, limit)
     const last = page[page.length - 1]
-    return { jobs: page.map(toJob), nextCursor: rows.length > limit && last ? encodeCursor(last.position) : null }
+    return { jobs: page.map(toJob), nextCursor: rows.length > limit && last ? encodeCursor(last.id) : null }
   }
 
   #handle<In>(registered: RegisteredKind): Kind<In, D> {
@@ -505,14 +505,18 @@ function scopeOf(options: EnqueueOptions | undefined): string | null {
   return scope
 }
 
-/** Cursors are opaque to callers: the position, base64url-encoded. */
-function encodeCursor(position: number): string {
-  return Buffer.from(`p${position}`).toString('base64url')
+/**
+ * Cursors are opaque to callers: the last listed job's id, which the
+ * caller has seen anyway, base64url-encoded. Not a position in the table:
+ * that would tell a caller how many jobs other scopes hold.
+ */
+function encodeCursor(id: string): string {
+  return Buffer.from(`j${id}`).toString('base64url')
 }
 
-function decodeCursor(cursor: string): number {
-  const text = typeof cursor === 'string' && cursor.length <= 32 ? Buffer.from(cursor, 'base64url').toString() : ''
-  const match = /^p(\d{1,15})$/.exec(text)
+function decodeCursor(cursor: string): string {
+  const text = typeof cursor === 'string' && cursor.length <= 64 ? Buffer.from(cursor, 'base64url').toString() : ''
+  const match = /^j([0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12})$/.exec(text)
   if (!match) throw new InvalidCursorError()
-  return Number(match[1])
+  return match[1]!
 }

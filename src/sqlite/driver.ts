@@ -8,7 +8,6 @@ import type {
   JobFinish,
   JobListParams,
   JobRow,
-  ListedJob,
   NewJob,
 } from '../driver.js'
 import { ConfigError, DatabaseError } from '../errors.js'
@@ -263,7 +262,7 @@ export class SqliteDriver implements Driver<Database.Database, true> {
     return run('get job', () => this.#getScoped.get({ id, scope })) as JobRow | undefined
   }
 
-  async jobList({ scope, status, kind, limit, before }: JobListParams): Promise<ListedJob[]> {
+  async jobList({ scope, status, kind, limit, beforeId }: JobListParams): Promise<JobRow[]> {
     const rows = run('list jobs', () =>
       this.#list.all({
         anyScope: scope === undefined ? 1 : 0,
@@ -271,10 +270,10 @@ export class SqliteDriver implements Driver<Database.Database, true> {
         status: status ?? null,
         kind: kind ?? null,
         limit,
-        before: before ?? Number.MAX_SAFE_INTEGER,
+        beforeId: beforeId ?? null,
       }),
-    ) as (JobRow & { seq: number })[]
-    return rows.map(({ seq, ...row }) => ({ ...row, position: seq }))
+    ) as JobRow[]
+    return rows
   }
 
   /**

@@ -62,12 +62,15 @@ export const getJob = `SELECT id, kind, status, result, error FROM jobtable_jobs
 export const getScopedJob = `SELECT id, kind, status, result, error FROM jobtable_jobs WHERE id = @id AND scope IS @scope`
 
 /**
- * A page of jobs, newest first, before a seq cursor. Each filter applies
- * only when its parameter is set (@anyScope = 1 lists every scope).
+ * A page of jobs, newest first, inserted before the job @beforeId. Each
+ * filter applies only when its parameter is set (@anyScope = 1 lists every
+ * scope). A @beforeId outside the caller's scope, like an unknown one,
+ * gives an empty page: a cursor reveals nothing of other scopes.
  */
 export const listJobs = `
-  SELECT seq, id, kind, status, result, error FROM jobtable_jobs
-   WHERE seq < @before
+  SELECT id, kind, status, result, error FROM jobtable_jobs
+   WHERE (@beforeId IS NULL OR seq < (SELECT c.seq FROM jobtable_jobs c
+                                       WHERE c.id = @beforeId AND (@anyScope = 1 OR c.scope IS @scope)))
      AND (@anyScope = 1 OR scope IS @scope)
      AND (@status IS NULL OR status = @status)
      AND (@kind IS NULL OR kind = @kind)

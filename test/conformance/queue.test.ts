@@ -119,6 +119,29 @@ describe.each(backends)('$name: the table is the queue', (backend) => {
     await expect(runner.get("' OR 1=1 --")).rejects.toMatchObject({ code: 'not_found' })
   })
 
+  it('lists newest first page by page within a scope; a cursor reveals nothing of other scopes', async () => {
+    const runner = h.runner()
+    const kind = runner.register('echo', { payload: echoPayload, handler: () => undefined })
+    const mine: string[] = []
+    for (let n = 0; n < 7; n++) {
+      mine.push(await kind.enqueue({ n }, { scope: 'household-a' }))
+      await kind.enqueue({ n }, { scope: 'household-b' })
+    }
+    const seen: string[] = []
+    let cursor: string | undefined
+    do {
+      const page = await runner.list({ scope: 'household-a', limit: 3, cursor })
+      seen.push(...page.jobs.map((j) => j.id))
+      cursor = page.nextCursor ?? undefined
+      if (cursor) expect(Buffer.from(cursor, 'base64url').toString()).not.toMatch(/^\D*\d+$/) // not a row count
+    } while (cursor)
+    expect(seen).toEqual([...mine].reverse())
+    const first = await runner.list({ scope: 'household-a', limit: 2 })
+    // The same cursor in another scope: an empty page, as for a job that does not exist.
+    expect((await runner.list({ scope: 'household-b', cursor: first.nextCursor! })).jobs).toEqual([])
+    await expect(runner.list({ cursor: 'not-a-cursor' })).rejects.toMatchObject({ code: 'invalid_cursor' })
+  })
+
   it('makes random, URL-safe ids of at least 122 bits', async () => {
     const runner = h.runner()
     const kind = runner.register('echo', { payload: echoPayload, handler: () => undefined })
