@@ -11,7 +11,7 @@ export interface ListenOptions {
   readonly port?: number
   /** Whether the API checks credentials. Without them, only a loopback address may be bound. Default false. */
   readonly authenticated?: boolean
-  /** The most connections held at once; more are refused by the kernel backlog. Default 256. */
+  /** The most connections held at once; Node closes any beyond it as soon as they are accepted. Default 256. */
   readonly maxConnections?: number
   /** The time a client has to send a whole request, in milliseconds. Default 30 000. */
   readonly requestTimeoutMs?: number
@@ -21,6 +21,12 @@ export interface ListenOptions {
   readonly keepAliveTimeoutMs?: number
   /** How long a socket may see no traffic at all, in milliseconds; event streams send a keep-alive well within it. Default 120 000. */
   readonly idleTimeoutMs?: number
+  /**
+   * How often the server looks for requests past their header or request
+   * timeout, in milliseconds. Default 1 000: Node's own 30 s would let a
+   * slow client hold a connection three times the header timeout.
+   */
+  readonly timeoutCheckMs?: number
 }
 
 /** A listening server: its URL, and close() that ends event streams and waits for open requests. */
@@ -71,10 +77,16 @@ export async function listen(api: Api, options: ListenOptions = {}): Promise<Lis
     headersTimeoutMs = 10_000,
     keepAliveTimeoutMs = 5_000,
     idleTimeoutMs = 120_000,
+    timeoutCheckMs = 1_000,
   } = options
   if (!authenticated && !isLoopback(host)) throw new UnsafeBindError(host)
   const server = createServer(
-    { requestTimeout: requestTimeoutMs, headersTimeout: headersTimeoutMs, keepAliveTimeout: keepAliveTimeoutMs },
+    {
+      requestTimeout: requestTimeoutMs,
+      headersTimeout: headersTimeoutMs,
+      keepAliveTimeout: keepAliveTimeoutMs,
+      connectionsCheckingInterval: timeoutCheckMs,
+    },
     // overrideGlobalObjects: false keeps the process's own Request and Response.
     getRequestListener((request) => api.fetch(request), { overrideGlobalObjects: false }),
   )
