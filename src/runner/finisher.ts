@@ -87,19 +87,21 @@ export class Finisher {
    * bench/). Not once stopping: a stopping runner claims nothing.
    */
   async #finishAndClaim(batch: Finishing[]): Promise<boolean[]> {
-    const finishes = batch.map((b) => b.finish)
-    const now = this.#clock()
-    const signal = finalWriteSignal()
-    if (this.#driver.jobFinishManyAndClaim === undefined || this.#stopping.aborted) {
-      return this.#driver.jobFinishMany({ finishes, now, signal })
-    }
     const limit = batch.length
-    const { applied, claimed } = await this.#driver.jobFinishManyAndClaim({
-      finishes,
-      now,
-      signal,
+    let signal: AbortSignal | undefined
+    const params = {
+      finishes: batch.map((b) => b.finish),
+      now: this.#clock(),
       claim: { limit, runnerId: this.#claimFor.runnerId },
-    })
+      // The bound of this attempt, made only if the driver reads it: one
+      // that cannot cancel a statement (SQLite) never does, and each
+      // signal costs a timer.
+      get signal(): AbortSignal {
+        return (signal ??= finalWriteSignal())
+      },
+    }
+    if (this.#driver.jobFinishManyAndClaim === undefined || this.#stopping.aborted) return this.#driver.jobFinishMany(params)
+    const { applied, claimed } = await this.#driver.jobFinishManyAndClaim(params)
     this.#claimFor.take(claimed, limit)
     return applied
   }
