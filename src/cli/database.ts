@@ -20,14 +20,25 @@ export async function openDriver(database: string): Promise<Driver> {
   if (!isPostgresUrl(database)) return sqlite({ path: resolve(database) })
   // A variable specifier: the PostgreSQL entry point is optional at build time.
   const specifier = '../postgres/index.js'
-  let mod: { postgres?: (options: { connectionString: string }) => Driver | Promise<Driver> }
+  let mod: { postgres?: (options: { connectionString: string; schema?: string }) => Driver | Promise<Driver> }
   try {
     mod = (await import(specifier)) as typeof mod
   } catch {
     throw new CliFailure('PostgreSQL support could not be loaded: install the pg package (npm install pg)')
   }
   if (typeof mod.postgres !== 'function') throw new CliFailure('this jobtable has no PostgreSQL driver')
-  return await mod.postgres({ connectionString: database })
+  // `?schema=name` picks the PostgreSQL schema (default jobtable); pg itself never sees it.
+  let connectionString = database
+  let schema: string | undefined
+  try {
+    const url = new URL(database)
+    schema = url.searchParams.get('schema') ?? undefined
+    url.searchParams.delete('schema')
+    connectionString = url.toString()
+  } catch {
+    // Not a WHATWG URL (a socket path, say): hand it to pg as it is.
+  }
+  return await mod.postgres(schema === undefined ? { connectionString } : { connectionString, schema })
 }
 
 /** A database value safe to log: a URL's password is masked. */

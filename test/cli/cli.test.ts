@@ -6,6 +6,8 @@ import { afterEach, beforeEach, describe, expect, it } from 'vitest'
 import { createApi, listen, UnsafeBindError } from 'jobtable/http'
 import { Runner } from 'jobtable'
 import { sqlite } from 'jobtable/sqlite'
+import pg from 'pg'
+import { PG_URL, postgresSkipReason, testSchema } from '../support/backends.js'
 
 const KINDS = 'test/cli/fixtures/kinds.ts'
 const TOKEN = 'cli-test-token-0123456789'
@@ -210,6 +212,39 @@ describe('jobtable command', () => {
     const d = cli(['worker', '--kinds', none, '-d', join(dir, 'k.db')])
     expect(await d.exit).toBe(1)
     expect(d.stderr).toContain('does not export a registerKinds(runner) function')
+  })
+
+  it('serves on PostgreSQL from a postgres:// URL, in the schema the URL names', async () => {
+    if (postgresSkipReason !== undefined) {
+      console.warn(`jobtable tests: CLI on PostgreSQL SKIPPED: ${postgresSkipReason}`)
+      return
+    }
+    const schema = testSchema()
+    const client = new pg.Client({ connectionString: PG_URL })
+    await client.connect()
+    try {
+      const c = cli(['serve', '--kinds', KINDS, '--port', '0', '-d', `${PG_URL}?schema=${schema}`])
+      const [, url] = await c.waitFor(/API at (http:\/\/[^/\s]+)\/api\/v1\/jobs/)
+      const created = await fetch(`${url}/api/v1/jobs`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify({ kind: 'echo', payload: { text: 'hello' } }),
+      })
+      expect(created.status).toBe(201)
+      const { id } = (await created.json()) as { id: string }
+      const job = await poll(
+        async () => (await (await fetch(`${url}/api/v1/jobs/${id}`)).json()) as { status: string; result: unknown },
+        (j) => j.status === 'succeeded',
+      )
+      expect(job.result).toEqual({ length: 5 })
+      c.proc.kill('SIGTERM')
+      expect(await c.exit).toBe(0)
+      const rows = await client.query(`SELECT status FROM "${schema}".jobs WHERE id = $1`, [id])
+      expect(rows.rows).toEqual([{ status: 'succeeded' }])
+    } finally {
+      await client.query(`DROP SCHEMA IF EXISTS "${schema}" CASCADE`)
+      await client.end()
+    }
   })
 
   it('opens a postgres:// URL through the PostgreSQL driver only, failing with exit 1 without printing the password', async () => {

@@ -104,6 +104,8 @@ async function postgresUnreachable(): Promise<string | undefined> {
 }
 
 const pgDown = await postgresUnreachable()
+/** Why the PostgreSQL tests are skipped here, or undefined when they run. */
+export const postgresSkipReason: string | undefined = pgDown
 if (pgDown !== undefined) {
   if (process.env['JOBTABLE_REQUIRE_POSTGRES'] === '1') {
     throw new Error(`${pgDown}, and JOBTABLE_REQUIRE_POSTGRES=1 makes the PostgreSQL suite required`)
