@@ -111,6 +111,10 @@ export class PostgresDriver implements Driver<PgQueryable, false> {
   readonly #handed = new Map<string, string>()
   /** Runners whose last claim failed: its answer may be lost although it committed. */
   readonly #claimInDoubt = new Set<string>()
+  /** Claims under way, which a requeue of lost claims waits for. */
+  readonly #claiming = new Set<Promise<unknown>>()
+  /** The requeue of lost claims under way, which every new claim waits for. */
+  #requeueing: Promise<void> | undefined
   #closed = false
 
   constructor(options: PostgresOptions) {
@@ -192,15 +196,16 @@ export class PostgresDriver implements Driver<PgQueryable, false> {
   }
 
   async jobClaim({ limit, runnerId, now }: { limit: number; runnerId: string; now: number }): Promise<ClaimedJob[]> {
-    await this.#requeueLostClaims(runnerId, now)
-    let rows: ClaimedRow[]
-    try {
-      rows = (await this.#query<ClaimedRow>('claim jobs', this.#q.claimJobs, [limit, runnerId, now])).rows
-    } catch (err) {
-      this.#claimInDoubt.add(runnerId)
-      throw err
-    }
-    return this.#handOut(rows, runnerId)
+    return this.#claimSafely(runnerId, now, async () => {
+      let rows: ClaimedRow[]
+      try {
+        rows = (await this.#query<ClaimedRow>('claim jobs', this.#q.claimJobs, [limit, runnerId, now])).rows
+      } catch (err) {
+        this.#claimInDoubt.add(runnerId)
+        throw err
+      }
+      return this.#handOut(rows, runnerId)
+    })
   }
 
   /**
@@ -208,8 +213,11 @@ export class PostgresDriver implements Driver<PgQueryable, false> {
    * queries.finishAndClaimJobs). A failure leaves the claim in doubt, as
    * jobClaim's does: it may have committed with its answer lost.
    */
-  async jobFinishManyAndClaim({ finishes, now, signal, claim }: FinishAndClaimParams): Promise<FinishAndClaimResult> {
-    await this.#requeueLostClaims(claim.runnerId, now)
+  async jobFinishManyAndClaim(params: FinishAndClaimParams): Promise<FinishAndClaimResult> {
+    return this.#claimSafely(params.claim.runnerId, params.now, () => this.#finishAndClaim(params))
+  }
+
+  async #finishAndClaim({ finishes, now, signal, claim }: FinishAndClaimParams): Promise<FinishAndClaimResult> {
     let rows: (ClaimedRow & { part: 'f' | 'c' })[]
     try {
       const values = [...finishValues(finishes, now), claim.limit, claim.runnerId]
@@ -235,10 +243,36 @@ export class PostgresDriver implements Driver<PgQueryable, false> {
    * queries.requeueLostClaims); no handler ever saw them.
    */
   async #requeueLostClaims(runnerId: string, now: number): Promise<void> {
+    // Claims still in flight hand out jobs when they answer: wait for them,
+    // or the requeue would put back a job one of them is about to hand out.
+    await Promise.allSettled([...this.#claiming])
     if (!this.#claimInDoubt.has(runnerId)) return
     const handed = [...this.#handed].filter(([, runner]) => runner === runnerId).map(([id]) => id)
     await this.#query('requeue lost claims', this.#q.requeueLostClaims, [runnerId, handed, now])
     this.#claimInDoubt.delete(runnerId)
+  }
+
+  /**
+   * Runs a claim for `runnerId`. When an earlier claim failed in doubt,
+   * first requeues what it may have taken, with no other claim in flight
+   * meanwhile: the runner's claim loop and its final writes both claim, and
+   * a requeue racing a claim could put back, and so hand out twice, a job
+   * that claim had just taken.
+   */
+  async #claimSafely<T>(runnerId: string, now: number, claim: () => Promise<T>): Promise<T> {
+    while (this.#claimInDoubt.has(runnerId) || this.#requeueing !== undefined) {
+      this.#requeueing ??= this.#requeueLostClaims(runnerId, now).finally(() => {
+        this.#requeueing = undefined
+      })
+      await this.#requeueing
+    }
+    const claiming = claim()
+    this.#claiming.add(claiming)
+    try {
+      return await claiming
+    } finally {
+      this.#claiming.delete(claiming)
+    }
   }
 
   /** Records claimed rows as handed to `runnerId` and returns them as jobs, oldest first. */

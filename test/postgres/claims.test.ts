@@ -68,6 +68,29 @@ describe.skipIf(skip !== undefined)('postgres: a claim whose answer is lost', ()
       expect(await statuses()).toEqual(['a:running', 'b:running', 'c:running', 'd:running'])
     },
   )
+
+  it('never hands out a job twice when the claim loop and a final write both claim after a claim in doubt', async () => {
+    await driver.runnerRegister({ runnerId: 'r1', now: 1 })
+    await driver.jobInsertMany({ jobs: [{ id: 'j', kind: 'echo', payload: '{}', scope: null }], now: 1 })
+    loseNextClaimAnswer = true
+    await expect(driver.jobClaim({ limit: 1, runnerId: 'r1', now: 2 })).rejects.toBeInstanceOf(DatabaseError)
+    // Both claims see the claim in doubt; one's requeue must not put back what the other just took.
+    let delayNext = true
+    const connect = pool.connect.bind(pool) as (cb?: unknown) => Promise<pg.PoolClient>
+    pool.connect = (async (cb?: unknown) => {
+      if (cb === undefined && delayNext) {
+        delayNext = false
+        await new Promise((resolve) => setTimeout(resolve, 300)) // a pool slow to give a connection
+      }
+      return connect(cb)
+    }) as typeof pool.connect
+    const [viaFinisher, viaLoop] = await Promise.all([
+      driver.jobFinishManyAndClaim({ finishes: [], now: 3, claim: { limit: 1, runnerId: 'r1' } }),
+      driver.jobClaim({ limit: 1, runnerId: 'r1', now: 3 }),
+    ])
+    const handedOut = [...viaFinisher.claimed, ...viaLoop].map((j) => j.id)
+    expect(handedOut).toEqual(['j'])
+  })
 })
 
 if (skip !== undefined) console.warn(`jobtable tests: PostgreSQL claim tests SKIPPED: ${skip}`)
