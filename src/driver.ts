@@ -44,6 +44,11 @@ export interface Driver<Tx = unknown, TxSync extends boolean = boolean> {
    */
   jobFinishManyAndClaim?(params: FinishAndClaimParams): Promise<FinishAndClaimResult>
   /**
+   * Puts claimed jobs that no handler has started back in the queue, each
+   * only while it is still running under that claim.
+   */
+  jobRelease(params: { jobs: readonly { id: string; attempt: number }[]; now: number }): Promise<void>
+  /**
    * Fails with `error` every running job whose runner is proven gone: one
    * whose liveness signal (see DriverCapabilities.liveness) is lost, or
    * that is not registered at all (it stopped, leaving a job it could not

@@ -65,6 +65,18 @@ export class RegisteredKind {
     this.#declared = new Set(definition.failures ?? [])
   }
 
+  /** The failure a thrown value stands for: a declared code, or internal_error for anything else, even a value that throws when inspected. */
+  #classify(thrown: unknown): Outcome {
+    try {
+      if (!(thrown instanceof JobFailure)) return { code: CODE_INTERNAL, reason: 'handler error' }
+      const code = thrown.code
+      if (typeof code !== 'string' || !this.#declared.has(code)) return { code: CODE_INTERNAL, reason: 'undeclared failure code' }
+      return { code, reason: 'handler failure' }
+    } catch {
+      return { code: CODE_INTERNAL, reason: 'handler error' }
+    }
+  }
+
   /** The public JSON of a (partial) result; throws ResultNotPublicError. */
   project(result: unknown): string {
     return publicJson(this.#definition.result, result)
@@ -82,9 +94,7 @@ export class RegisteredKind {
     try {
       result = await this.#definition.handler(payload.value, ctx)
     } catch (thrown) {
-      if (!(thrown instanceof JobFailure)) return { code: CODE_INTERNAL, reason: 'handler error' }
-      if (!this.#declared.has(thrown.code)) return { code: CODE_INTERNAL, reason: 'undeclared failure code' }
-      return { code: thrown.code, reason: 'handler failure' }
+      return this.#classify(thrown)
     }
     try {
       return { result: this.project(result) }

@@ -285,6 +285,11 @@ export class PostgresDriver implements Driver<PgQueryable, false> {
       .map(({ seq: _seq, ...job }) => job)
   }
 
+  async jobRelease({ jobs, now }: { jobs: readonly { id: string; attempt: number }[]; now: number }): Promise<void> {
+    await this.#query('release jobs', this.#q.releaseJobs, [jobs.map((j) => j.id), jobs.map((j) => j.attempt), now])
+    for (const job of jobs) this.#handed.delete(job.id)
+  }
+
   async jobPublish({ id, attempt, result, now }: { id: string; attempt: number; result: string; now: number }): Promise<boolean> {
     const res = await this.#query('publish result', this.#q.publishResult, [id, attempt, result, now])
     return res.rowCount === 1

@@ -84,6 +84,12 @@ export function queries(s: string) {
      * ids it changed: a finish whose id is missing was not running under
      * its claim.
      */
+    /** Fenced like finishJobs: puts claimed jobs no handler started back in the queue. */
+    releaseJobs: `
+      UPDATE ${s}.jobs AS j
+         SET status = 'queued', runner_id = NULL, started_at = NULL, updated_at = $3
+        FROM unnest($1::text[], $2::int[]) AS r(id, attempt)
+       WHERE j.id = r.id AND j.status = 'running' AND j.attempt = r.attempt`,
     finishJobs: `
       UPDATE ${s}.jobs AS j
          SET status = f.status, result = coalesce(f.result::jsonb, j.result), error = f.error,

@@ -137,6 +137,7 @@ export class Runner<D extends Driver = Driver> {
   #lookedAfter = 0
   #fatal: unknown
   #stopped: Promise<void> | undefined
+  #starting: Promise<void> | undefined
   readonly #liveness: Liveness
   #unwake: (() => void) | undefined
 
@@ -222,13 +223,20 @@ export class Runner<D extends Driver = Driver> {
   async start(): Promise<void> {
     if (this.#state !== 'new') throw new RunnerStateError('the runner has already started')
     this.#state = 'started'
+    this.#starting = this.#begin()
+    return this.#starting
+  }
+
+  async #begin(): Promise<void> {
     try {
       // Registers this runner and fails only the jobs of runners proven gone (logged with their count).
       await this.#liveness.start()
     } catch (err) {
-      this.#state = 'new' // nothing ran: start may be tried again
+      if (!this.#stopping.signal.aborted) this.#state = 'new' // nothing ran: start may be tried again
       throw err
     }
+    // A stop() that came while starting waits for this, then undoes the registration: start nothing.
+    if (this.#stopping.signal.aborted) return
     this.#unwake = this.#driver.onWake?.(() => this.wake())
     this.#loop = this.#claimLoop()
   }
@@ -356,17 +364,34 @@ export class Runner<D extends Driver = Driver> {
     this.#state = 'stopping'
     this.#stopping.abort()
     this.#kick?.()
+    await this.#starting?.catch(() => undefined)
     await this.#loop
-    // Jobs claimed with the last final writes still run: they are claimed, and their workers are free.
+    // Jobs claimed with the last final writes are not started with a
+    // signal already aborted: they go back to the queue, for the next start.
     for (;;) {
-      for (const job of this.#prefetched.splice(0)) this.#start(job)
+      await this.#release(this.#prefetched.splice(0))
       if (this.#running.size === 0) break
       await Promise.all(this.#running)
     }
     await this.#finisher.idle()
+    await this.#release(this.#prefetched.splice(0))
     this.#unwake?.()
     await this.#liveness.stop()
     this.#state = 'stopped'
+  }
+
+  /**
+   * Puts claimed jobs that no handler has seen back in the queue (a write
+   * fenced on their claim). Should it fail, they stay running under this
+   * runner, and the next start fails them as interrupted.
+   */
+  async #release(jobs: ClaimedJob[]): Promise<void> {
+    if (jobs.length === 0) return
+    try {
+      await this.#driver.jobRelease({ jobs: jobs.map(({ id, attempt }) => ({ id, attempt })), now: this.#clock() })
+    } catch (err) {
+      this.#logger.error({ jobs: jobs.length, error: errorCode(err) }, 'release unstarted jobs failed; they fail at the next start')
+    }
   }
 
   /**
@@ -409,6 +434,11 @@ export class Runner<D extends Driver = Driver> {
         this.#kicked = true
         continue
       }
+      // A stop that came during the claim: these jobs were never started.
+      if (this.#stopping.signal.aborted) {
+        await this.#release(jobs)
+        break
+      }
       for (const job of jobs) this.#start(job)
     }
   }
@@ -419,7 +449,8 @@ export class Runner<D extends Driver = Driver> {
     const run = this.#run(job)
       .catch(() => {
         // #run handles every outcome itself; reaching here is a jobtable bug, and its text may quote job data.
-        this.#logger.error({ job_id: job.id, kind: job.kind }, 'unexpected error running a job; it fails at the next start')
+        this.#logger.error({ job_id: job.id, kind: job.kind, code: CODE_INTERNAL }, 'unexpected error running a job')
+        return this.#finish(job, null, CODE_INTERNAL)
       })
       .finally(() => {
         this.#running.delete(run)

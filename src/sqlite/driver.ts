@@ -100,6 +100,7 @@ export class SqliteDriver implements Driver<Database.Database, true> {
   readonly #list: Database.Statement
   readonly #insertOnTx = new WeakMap<Database.Database, Database.Statement>()
   readonly #insertMany: (jobs: readonly NewJob[], now: number) => void
+  readonly #releaseMany: (jobs: readonly { id: string; attempt: number }[], now: number) => void
   readonly #finishMany: (finishes: readonly JobFinish[], now: number) => boolean[]
   readonly #finishManyAndClaim: (finishes: readonly JobFinish[], now: number, limit: number, runnerId: string) => FinishAndClaimResult
   #closed = false
@@ -156,6 +157,10 @@ export class SqliteDriver implements Driver<Database.Database, true> {
     this.#insertMany = this.#writer.transaction((jobs: readonly NewJob[], now: number) => {
       for (const job of jobs) this.#insertOne(this.#insert, job, now)
     }).immediate
+    const release = this.#writer.prepare(sql.releaseJob)
+    this.#releaseMany = this.#writer.transaction((jobs: readonly { id: string; attempt: number }[], now: number) => {
+      for (const job of jobs) release.run({ id: job.id, attempt: job.attempt, now })
+    }).immediate
     this.#finishMany = this.#writer.transaction((finishes: readonly JobFinish[], now: number) => this.#finishEach(finishes, now)).immediate
     this.#finishManyAndClaim = this.#writer.transaction(
       (finishes: readonly JobFinish[], now: number, limit: number, runnerId: string) => ({
@@ -208,6 +213,10 @@ export class SqliteDriver implements Driver<Database.Database, true> {
 
   async jobClaim({ limit, runnerId, now }: { limit: number; runnerId: string; now: number }): Promise<ClaimedJob[]> {
     return run('claim jobs', () => this.#claimRows(limit, runnerId, now))
+  }
+
+  async jobRelease({ jobs, now }: { jobs: readonly { id: string; attempt: number }[]; now: number }): Promise<void> {
+    run('release jobs', () => this.#releaseMany(jobs, now))
   }
 
   async jobPublish({ id, attempt, result, now }: { id: string; attempt: number; result: string; now: number }): Promise<boolean> {

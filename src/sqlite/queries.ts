@@ -25,6 +25,11 @@ export const publishResult = `
   UPDATE jobtable_jobs SET result = @result, updated_at = @now
    WHERE id = @id AND status = 'running' AND attempt = @attempt`
 
+/** Fenced like publishResult: puts a claimed job no handler started back in the queue. */
+export const releaseJob = `
+  UPDATE jobtable_jobs SET status = 'queued', runner_id = NULL, started_at = NULL, updated_at = @now
+   WHERE id = @id AND status = 'running' AND attempt = @attempt`
+
 /** Fenced like publishResult; a null result keeps the last partial one. */
 export const finishJob = `
   UPDATE jobtable_jobs

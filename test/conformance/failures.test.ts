@@ -57,6 +57,16 @@ describe.each(backends)('$name: failures never leak', (backend) => {
       nullish: () => {
         throw null
       },
+      inspecting_throws: () => {
+        throw new Proxy(
+          {},
+          {
+            getPrototypeOf() {
+              throw new Error(marker)
+            },
+          },
+        )
+      },
     }
     const logs = captureLogs()
     const runner = h.runner({ logger: logs, workers: 3 })

@@ -1,10 +1,10 @@
 import { describe, expect, it } from 'vitest'
-import { CODE_INTERRUPTED, FINAL_WRITE_TIMEOUT_MS, Runner } from 'jobtable'
+import { CODE_INTERRUPTED, FINAL_WRITE_TIMEOUT_MS, Runner, RunnerStateError } from 'jobtable'
 import { backends } from '../support/backends.js'
 import { FaultyDriver } from '../support/faults.js'
 import { echoPayload, harness } from '../support/harness.js'
 import { captureLogs } from '../support/logs.js'
-import { aborted, track } from '../support/wait.js'
+import { aborted, gate, track } from '../support/wait.js'
 
 describe.each(backends)('$name: restart and shutdown', (backend) => {
   if (backend.skip) it.skip(`skipped: ${backend.skip}`, () => {})
@@ -112,6 +112,45 @@ describe.each(backends)('$name: restart and shutdown', (backend) => {
     next.register('meal_plan', { payload: echoPayload, handler: () => 'again' })
     await next.start()
     expect(await next.get(id)).toMatchObject({ status: 'failed', error: CODE_INTERRUPTED })
+  })
+
+  it('puts back in the queue jobs a claim returned after stop began; they run once at the next start', async () => {
+    const faulty = new FaultyDriver(h.store.driver())
+    const runner = h.runner({ driver: faulty.driver, workers: 2 })
+    let starts = 0
+    const kind = runner.register('meal_plan', { payload: echoPayload, handler: () => void starts++ })
+    await runner.start()
+    const release = gate()
+    const held = faulty.holdNext('jobClaim', release.promise)
+    const id = await kind.enqueue({ n: 1 })
+    await held // the claim this enqueue woke is on its way to the database
+    const stopped = runner.stop()
+    release.open()
+    await stopped
+    expect(starts).toBe(0)
+    expect((await runner.get(id)).status).toBe('queued')
+    await runner.close()
+
+    const next = h.runner()
+    next.register('meal_plan', { payload: echoPayload, handler: () => void starts++ })
+    const done = track(next)
+    await next.start()
+    await done.ends([id])
+    expect(await next.get(id)).toMatchObject({ status: 'succeeded' })
+    expect(starts).toBe(1)
+  })
+
+  it('a stop during start undoes it: no claim is made and no timer outlives close', async () => {
+    const faulty = new FaultyDriver(h.store.driver())
+    const runner = h.runner({ driver: faulty.driver })
+    const kind = runner.register('meal_plan', { payload: echoPayload, handler: () => undefined })
+    await kind.enqueue({ n: 1 })
+    const starting = runner.start()
+    await runner.close()
+    await starting.catch(() => undefined)
+    await new Promise((resolve) => setTimeout(resolve, 50))
+    expect(faulty.calls.jobClaim ?? 0).toBe(0)
+    await expect(runner.start()).rejects.toBeInstanceOf(RunnerStateError)
   })
 
   it(`gives handlers a final-write signal that outlives stop but ends after ${FINAL_WRITE_TIMEOUT_MS} ms`, async () => {

@@ -1,7 +1,7 @@
 import type { Driver } from 'jobtable'
 import { DatabaseError } from 'jobtable'
 
-type Method = 'jobInsertMany' | 'jobClaim' | 'jobPublish' | 'jobFinishMany' | 'jobFailInterrupted' | 'jobGet'
+type Method = 'jobInsertMany' | 'jobClaim' | 'jobPublish' | 'jobFinishMany' | 'jobFailInterrupted' | 'jobGet' | 'jobRelease'
 
 /**
  * Wraps a real driver to inject faults: every call goes to the real
@@ -24,10 +24,26 @@ export class FaultyDriver {
           for (const rule of this.#rules) {
             if (rule.method === name && rule.shouldFail(call, args)) return Promise.reject(rule.error())
           }
+          const hold = this.#holds.get(name)
+          if (hold !== undefined) {
+            this.#holds.delete(name)
+            hold.entered()
+            return hold.until.then(() => (value as (...a: unknown[]) => unknown).apply(target, args))
+          }
           return (value as (...a: unknown[]) => unknown).apply(target, args)
         }
       },
     })
+  }
+
+  readonly #holds = new Map<string, { until: Promise<void>; entered: () => void }>()
+
+  /**
+   * Holds the next call of method until `until` resolves, then makes it for
+   * real; resolves once that call has arrived.
+   */
+  holdNext(method: Method, until: Promise<void>): Promise<void> {
+    return new Promise((entered) => this.#holds.set(method, { until, entered }))
   }
 
   /** Fails the nth call of method from now, once. */
