@@ -89,6 +89,12 @@ export interface Driver<Tx = unknown, TxSync extends boolean = boolean> {
    * empty page.
    */
   jobList(params: JobListParams): Promise<JobRow[]>
+  /**
+   * Applies any pending migrations now. Optional: a driver that migrates
+   * when it opens (SQLite) has nothing left to do; one that migrates on
+   * first use (PostgreSQL) does it here, for a deploy step.
+   */
+  migrate?(): Promise<void>
   /** Closes the connections the driver opened itself; a database handed in by the user stays open. */
   close(): Promise<void>
 }

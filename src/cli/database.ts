@@ -41,13 +41,17 @@ export async function openDriver(database: string): Promise<Driver> {
   return await mod.postgres(schema === undefined ? { connectionString } : { connectionString, schema })
 }
 
-/** A database value safe to log: a URL's password is masked. */
+/**
+ * A database value safe to log: for a URL only its host, port, database
+ * and schema. Credentials can sit in the user part and in query
+ * parameters (password, sslpassword, sslkey), so neither is kept.
+ */
 export function describeDatabase(database: string): string {
   if (!isPostgresUrl(database)) return resolve(database)
   try {
     const url = new URL(database)
-    if (url.password) url.password = '***'
-    return url.toString()
+    const schema = url.searchParams.get('schema')
+    return `${url.protocol}//${url.host}${url.pathname}${schema === null ? '' : `?schema=${encodeURIComponent(schema)}`}`
   } catch {
     return 'postgres://(unparsable URL)'
   }

@@ -65,7 +65,12 @@ export async function migrate(ctx: CliContext): Promise<number> {
   }
   const logger = loggerFor(values['log-level'])
   const runner = await openRunner(databaseOf(values.database, ctx.env), 1, logger)
-  await runner.close()
+  try {
+    // SQLite migrated when it opened; PostgreSQL migrates on first use, so ask it now.
+    await runner.driver.migrate?.()
+  } finally {
+    await runner.close()
+  }
   logger.info('the database schema is up to date')
   return EXIT.ok
 }

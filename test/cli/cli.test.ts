@@ -7,6 +7,7 @@ import { createApi, listen, UnsafeBindError } from 'jobtable/http'
 import { Runner } from 'jobtable'
 import { sqlite } from 'jobtable/sqlite'
 import pg from 'pg'
+import { describeDatabase } from '../../src/cli/database.js'
 import { PG_URL, postgresSkipReason, testSchema } from '../support/backends.js'
 
 const KINDS = 'test/cli/fixtures/kinds.ts'
@@ -245,6 +246,17 @@ describe('jobtable command', () => {
       await client.query(`DROP SCHEMA IF EXISTS "${schema}" CASCADE`)
       await client.end()
     }
+  })
+
+  it('migrate on PostgreSQL really migrates: a database that does not exist fails with exit 1', async () => {
+    if (postgresSkipReason !== undefined) return
+    const c = cli(['migrate', '-d', PG_URL.replace(/\/[^/]*$/, '/jobtable_no_such_database')])
+    expect(await c.exit).toBe(1)
+  })
+
+  it('logs a PostgreSQL URL without credentials, in its user part or its query', () => {
+    const shown = describeDatabase(`postgres://app:${MARKER}@db.internal:5432/prod?password=${MARKER}&sslpassword=${MARKER}&schema=jobs`)
+    expect(shown).toBe('postgres://db.internal:5432/prod?schema=jobs')
   })
 
   it('opens a postgres:// URL through the PostgreSQL driver only, failing with exit 1 without printing the password', async () => {
