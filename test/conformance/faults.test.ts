@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest'
-import { CODE_INTERNAL, DatabaseError, claimErrorChannel } from 'jobtable'
+import { CODE_INTERNAL, DatabaseError, RETRY_MAX_MS, RETRY_MIN_MS, claimErrorChannel } from 'jobtable'
 import { backends } from '../support/backends.js'
 import { FaultyDriver, corrupt } from '../support/faults.js'
 import { echoPayload, harness } from '../support/harness.js'
@@ -40,9 +40,10 @@ describe.each(backends)('$name: database faults', (backend) => {
     expect((await runner.get(id)).status).toBe('succeeded')
   })
 
-  it('keeps retrying while claims fail, and runs jobs queued during the outage once it clears', async () => {
+  it('keeps retrying while claims fail, backing off from 50 ms doubling, and runs jobs queued during the outage once it clears', async () => {
     const faulty = new FaultyDriver(h.store.driver())
-    const runner = h.runner({ driver: faulty.driver, workers: 2 })
+    const logs = captureLogs()
+    const runner = h.runner({ driver: faulty.driver, workers: 2, logger: logs })
     const kind = runner.register('echo', { payload: echoPayload, handler: () => undefined })
     const done = track(runner)
     await runner.start()
@@ -51,6 +52,8 @@ describe.each(backends)('$name: database faults', (backend) => {
     const ids = await kind.enqueueMany([{ n: 1 }, { n: 2 }, { n: 3 }])
     await errors
     expect(done.started).toEqual([])
+    const delays = logs.lines.filter((l) => l.message === 'claim jobs failed; retrying').map((l) => l.fields.retry_in_ms)
+    expect(delays.slice(0, 4)).toEqual([RETRY_MIN_MS, 2 * RETRY_MIN_MS, 4 * RETRY_MIN_MS, 8 * RETRY_MIN_MS])
     clear()
     await done.ends(ids)
     for (const id of ids) expect((await runner.get(id)).status).toBe('succeeded')
@@ -126,5 +129,17 @@ describe.each(backends)('$name: database faults', (backend) => {
     expect(await driver.jobPublish({ id, attempt, result: '"revived"', now: 6 })).toBe(false)
     expect(await driver.jobClaim({ limit: 10, runnerId: crypto.randomUUID(), now: 7 })).toEqual([])
     expect(await driver.jobGet({ id })).toEqual({ id, kind: 'echo', status: 'succeeded', result: '"final"', error: null })
+  })
+})
+
+describe('backoff', () => {
+  it('doubles from RETRY_MIN_MS and holds at RETRY_MAX_MS', async () => {
+    const { Backoff } = await import('../../src/runner/backoff.js')
+    const b = new Backoff()
+    const delays = Array.from({ length: 10 }, () => b.next())
+    expect(delays).toEqual([50, 100, 200, 400, 800, 1600, 3200, 5000, 5000, 5000])
+    expect([RETRY_MIN_MS, RETRY_MAX_MS]).toEqual([50, 5000])
+    b.reset()
+    expect(b.next()).toBe(50)
   })
 })

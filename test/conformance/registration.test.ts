@@ -4,6 +4,7 @@ import { ConfigError, RegistrationError, Runner, RunnerStateError } from 'jobtab
 import { backends } from '../support/backends.js'
 import { echoPayload, harness } from '../support/harness.js'
 import { captureLogs } from '../support/logs.js'
+import { gate, track } from '../support/wait.js'
 
 describe.each(backends)('$name: construction and registration', (backend) => {
   if (backend.skip) it.skip(`skipped: ${backend.skip}`, () => {})
@@ -21,9 +22,27 @@ describe.each(backends)('$name: construction and registration', (backend) => {
     expect(() => new Runner({ driver, logger: {} as never })).toThrow(ConfigError)
   })
 
-  it('gives a runner without a logger the documented default, and 10 workers', () => {
+  it('gives a runner without a worker count 10 workers, and one without a logger the default (no throw)', async () => {
     const runner = new Runner({ driver: h.store.driver() })
-    expect(runner).toBeInstanceOf(Runner)
+    const release = gate()
+    let running = 0
+    const kind = runner.register('echo', {
+      payload: echoPayload,
+      handler: async () => {
+        running++
+        await release.promise
+      },
+    })
+    const done = track(runner)
+    const ids = await kind.enqueueMany(Array.from({ length: 12 }, (_, n) => ({ n })))
+    await runner.start()
+    await done.starts(10)
+    await runner.get(ids[0]!) // a round trip: an 11th worker would have started by now
+    await new Promise((r) => setImmediate(r))
+    expect(running).toBe(10)
+    release.open()
+    await done.ends(ids)
+    await runner.close()
   })
 
   it('refuses an empty kind, a missing handler or schema, a duplicate, and registration after start', async () => {

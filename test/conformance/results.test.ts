@@ -26,6 +26,8 @@ describe.each(backends)('$name: public and partial results', (backend) => {
     const id = await kind.enqueue({ n: 7 })
     await done.ends([id])
     expect(await runner.get(id)).toEqual({ id, kind: 'meal_plan', status: 'succeeded', result: { days: 7 }, error: null })
+    // Scanned while open too: SQLite's -wal file exists only until the last connection closes.
+    expect(await h.store.dump()).not.toContain(secret)
     await runner.close()
     expect(await h.store.dump()).not.toContain(secret)
     // PostgreSQL's jsonb prints a space after the colon; SQLite keeps the text as written.
@@ -69,6 +71,8 @@ describe.each(backends)('$name: public and partial results', (backend) => {
     for (const kind of kinds) ids.push(await kind.enqueue({ n: 1 }))
     await done.ends(ids)
     for (const id of ids) expect(await runner.get(id), (await runner.get(id)).kind).toMatchObject({ status: 'failed', error: CODE_INTERNAL, result: null })
+    // Scanned while open too: SQLite's -wal file exists only until the last connection closes.
+    expect(await h.store.dump()).not.toContain(marker)
     await runner.close()
     expect(await h.store.dump()).not.toContain(marker)
   })

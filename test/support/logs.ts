@@ -18,6 +18,12 @@ export function captureLogs(): Logger & { lines: LogLine[]; text(): string } {
     info: at('info'),
     warn: at('warn'),
     error: at('error'),
-    text: () => lines.map((l) => JSON.stringify(l)).join('\n'),
+    // Errors are expanded as a real logger would print them: message, stack, cause and own properties.
+    text: () => lines.map((l) => JSON.stringify(l, expandErrors)).join('\n'),
   }
+}
+
+function expandErrors(_key: string, value: unknown): unknown {
+  if (!(value instanceof Error)) return value
+  return { ...value, name: value.name, message: value.message, stack: value.stack, cause: value.cause }
 }
