@@ -16,6 +16,7 @@ import { eventStream } from './events.js'
 import { jobBody, parseJobId } from './job-body.js'
 import { openApiDocument } from './openapi.js'
 import { problem } from './problem.js'
+import { isLoopback } from './hosts.js'
 
 /** Options of createApi. Each default is given beside its field. */
 export interface ApiOptions {
@@ -36,6 +37,15 @@ export interface ApiOptions {
   readonly eventsHeartbeatMs?: number
   /** Where internal errors are logged (their class and code only, never a message). Default: nowhere. */
   readonly logger?: Logger
+  /**
+   * The Host header names the API answers. Default: any when `authorize`
+   * is set; otherwise only loopback names (127.0.0.1, localhost, [::1]),
+   * so a web page that rebinds its own DNS name to 127.0.0.1 cannot read
+   * an unauthenticated API through the browser. Pass `'any'` when
+   * something in front of the API authenticates callers, or the names to
+   * allow.
+   */
+  readonly allowedHosts?: 'any' | readonly string[]
 }
 
 /** A mounted API: a standard fetch handler, and close() to end its open event streams. */
@@ -67,6 +77,7 @@ const openApiText = JSON.stringify(openApiDocument)
  */
 export function createApi(options: ApiOptions): Api {
   const { runner, authorize, bodyLimitBytes = MIB, eventsPollMs = 250, eventsHeartbeatMs = 15_000, logger } = options
+  const allowedHosts = options.allowedHosts ?? (authorize === undefined ? 'loopback' : 'any')
   if (runner === null || typeof runner !== 'object' || typeof runner.get !== 'function') {
     throw new TypeError('jobtable/http: createApi needs { runner }')
   }
@@ -103,6 +114,13 @@ export function createApi(options: ApiOptions): Api {
   }
 
   const app = new Hono()
+
+  app.use('*', async (c, next) => {
+    if (!hostAllowed(c.req.header('host'), allowedHosts)) {
+      return problem('forbidden', { detail: 'This API answers only the host names it is configured for.' })
+    }
+    return next()
+  })
 
   app.get('/api/v1/openapi.json', () => new Response(openApiText, { headers: { 'content-type': 'application/json' } }))
   app.all('/api/v1/openapi.json', () => notAllowed(ALLOW.openapi))
@@ -237,4 +255,14 @@ function notAllowed(allow: string): Response {
 
 function json(status: number, body: unknown, headers: Record<string, string> = {}): Response {
   return new Response(JSON.stringify(body), { status, headers: { 'content-type': 'application/json', 'cache-control': 'no-store', ...headers } })
+}
+
+/** Whether a Host header names a host the API answers. */
+function hostAllowed(host: string | undefined, allowed: 'any' | 'loopback' | readonly string[]): boolean {
+  if (allowed === 'any') return true
+  if (host === undefined) return false
+  // The name without its port: [::1]:8080 → [::1], localhost:8080 → localhost.
+  const name = host.trim().toLowerCase().replace(/:\d+$/, '')
+  if (allowed === 'loopback') return isLoopback(name)
+  return allowed.some((a) => a.toLowerCase() === name)
 }

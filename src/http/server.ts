@@ -2,6 +2,9 @@ import { createServer, type Server } from 'node:http'
 import type { AddressInfo } from 'node:net'
 import { getRequestListener } from '@hono/node-server'
 import type { Api } from './api.js'
+import { isLoopback } from './hosts.js'
+
+export { isLoopback }
 
 /** Options of `listen`. Each default is given beside its field. */
 export interface ListenOptions {
@@ -51,13 +54,6 @@ export class UnsafeBindError extends Error {
   }
 }
 
-/** Whether `host` is a loopback address: 127.0.0.0/8, ::1 or localhost. Anything else, including 0.0.0.0 and ::, is public. */
-export function isLoopback(host: string): boolean {
-  const h = host.trim().toLowerCase().replace(/^\[(.*)\]$/, '$1')
-  if (h === 'localhost' || h === '::1' || h === '0:0:0:0:0:0:0:1') return true
-  const v4 = h.startsWith('::ffff:') ? h.slice(7) : h
-  return /^127\.\d{1,3}\.\d{1,3}\.\d{1,3}$/.test(v4)
-}
 
 /**
  * Serves an API on Node's http server with the limits a public server

@@ -117,7 +117,7 @@ describe.each(backends)('$name: HTTP API', (backend) => {
     // Declare 10 MB, send 10 bytes, and never more: the answer must come anyway.
     const answer = await new Promise<string>((resolve, reject) => {
       const socket = connect(Number(url.port), url.hostname, () => {
-        socket.write(`POST /api/v1/jobs HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 10000000\r\n\r\n{"kind":"e`)
+        socket.write(`POST /api/v1/jobs HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: 10000000\r\n\r\n{"kind":"e`)
       })
       let data = ''
       socket.on('data', (chunk) => {
