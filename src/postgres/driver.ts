@@ -363,7 +363,10 @@ export class PostgresDriver implements Driver<PgQueryable, false> {
     this.#poll = setInterval(wake, this.#pollIntervalMs)
     this.#poll.unref()
     if (this.#listen) {
-      const config: pg.ClientConfig = this.#ownsPool ? { connectionString: this.#pool.options.connectionString } : { ...this.#pool.options }
+      // Bounded like the pool's own connections, so a listener reconnecting into a silent network cannot hold close() open.
+      const config: pg.ClientConfig = this.#ownsPool
+        ? { connectionString: this.#pool.options.connectionString, connectionTimeoutMillis: 5_000, keepAlive: true }
+        : { ...this.#pool.options }
       this.#listener = new NotificationListener({ ...config, keepAlive: true }, NOTIFY_CHANNEL, this.schema, wake)
       this.#listener.start()
     }
