@@ -1,14 +1,12 @@
-import { describe, expect, it } from 'vitest'
+import { expect, it } from 'vitest'
 import { z } from 'zod'
 import { CODE_INTERNAL, JobFailure } from 'jobtable'
-import { backends } from '../support/backends.js'
+import { describeEachBackend } from '../support/backends.js'
 import { echoPayload, harness } from '../support/harness.js'
 import { captureLogs } from '../support/logs.js'
 import { track } from '../support/wait.js'
 
-describe.each(backends)('$name: failures never leak', (backend) => {
-  if (backend.skip) it.skip(`skipped: ${backend.skip}`, () => {})
-  if (backend.skip) return
+describeEachBackend('failures never leak', (backend) => {
   const h = harness(backend)
 
   it('fails with a declared code, logged at info with job_id and kind', async () => {

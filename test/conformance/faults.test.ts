@@ -1,14 +1,12 @@
 import { describe, expect, it } from 'vitest'
 import { CODE_INTERNAL, DatabaseError, RETRY_MAX_MS, RETRY_MIN_MS, claimErrorChannel } from 'jobtable'
-import { backends } from '../support/backends.js'
+import { describeEachBackend } from '../support/backends.js'
 import { FaultyDriver, corrupt } from '../support/faults.js'
 import { echoPayload, harness } from '../support/harness.js'
 import { captureLogs } from '../support/logs.js'
 import { track } from '../support/wait.js'
 
-describe.each(backends)('$name: database faults', (backend) => {
-  if (backend.skip) it.skip(`skipped: ${backend.skip}`, () => {})
-  if (backend.skip) return
+describeEachBackend('database faults', (backend) => {
   const h = harness(backend)
 
   /** Resolves after the runner has reported n claim errors. */

@@ -1,14 +1,12 @@
-import { describe, expect, it } from 'vitest'
+import { expect, it } from 'vitest'
 import { CODE_INTERRUPTED, FINAL_WRITE_TIMEOUT_MS, Runner, RunnerStateError } from 'jobtable'
-import { backends } from '../support/backends.js'
+import { describeEachBackend } from '../support/backends.js'
 import { FaultyDriver } from '../support/faults.js'
 import { echoPayload, harness } from '../support/harness.js'
 import { captureLogs } from '../support/logs.js'
 import { aborted, gate, track } from '../support/wait.js'
 
-describe.each(backends)('$name: restart and shutdown', (backend) => {
-  if (backend.skip) it.skip(`skipped: ${backend.skip}`, () => {})
-  if (backend.skip) return
+describeEachBackend('restart and shutdown', (backend) => {
   const h = harness(backend)
 
   it('a handler that fails after stop began leaves its job running; the next start fails it as interrupted, never running it twice', async () => {

@@ -1,14 +1,12 @@
-import { describe, expect, it } from 'vitest'
+import { expect, it } from 'vitest'
 import { z } from 'zod'
 import * as v from 'valibot'
 import { CODE_INTERNAL, InvalidPayloadError, UnknownKindError } from 'jobtable'
-import { backends } from '../support/backends.js'
+import { describeEachBackend } from '../support/backends.js'
 import { harness } from '../support/harness.js'
 import { track } from '../support/wait.js'
 
-describe.each(backends)('$name: payloads', (backend) => {
-  if (backend.skip) it.skip(`skipped: ${backend.skip}`, () => {})
-  if (backend.skip) return
+describeEachBackend('payloads', (backend) => {
   const h = harness(backend)
 
   const recipe = z.object({ url: z.string(), servings: z.number().int().optional() }) // zod's default strips unknown keys

@@ -1,12 +1,10 @@
-import { describe, expect, it } from 'vitest'
+import { expect, it } from 'vitest'
 import { CODE_UNKNOWN_KIND, JobNotFoundError } from 'jobtable'
-import { backends } from '../support/backends.js'
+import { describeEachBackend } from '../support/backends.js'
 import { echoPayload, harness } from '../support/harness.js'
 import { gate, track } from '../support/wait.js'
 
-describe.each(backends)('$name: the table is the queue', (backend) => {
-  if (backend.skip) it.skip(`skipped: ${backend.skip}`, () => {})
-  if (backend.skip) return
+describeEachBackend('the table is the queue', (backend) => {
   const h = harness(backend)
 
   it('claims jobs oldest first by insertion order, even when the clock runs backwards', async () => {

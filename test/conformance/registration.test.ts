@@ -1,14 +1,12 @@
-import { describe, expect, it } from 'vitest'
+import { expect, it } from 'vitest'
 import { z } from 'zod'
 import { ConfigError, RegistrationError, Runner, RunnerStateError } from 'jobtable'
-import { backends } from '../support/backends.js'
+import { describeEachBackend } from '../support/backends.js'
 import { echoPayload, harness } from '../support/harness.js'
 import { captureLogs } from '../support/logs.js'
 import { gate, track } from '../support/wait.js'
 
-describe.each(backends)('$name: construction and registration', (backend) => {
-  if (backend.skip) it.skip(`skipped: ${backend.skip}`, () => {})
-  if (backend.skip) return
+describeEachBackend('construction and registration', (backend) => {
   const h = harness(backend)
 
   it('refuses a missing driver and a worker count that is not an integer >= 1', () => {

@@ -1,13 +1,11 @@
-import { describe, expect, it } from 'vitest'
+import { expect, it } from 'vitest'
 import { z } from 'zod'
 import { CODE_INTERNAL, JobNotRunningError, type JobContext } from 'jobtable'
-import { backends } from '../support/backends.js'
+import { describeEachBackend } from '../support/backends.js'
 import { echoPayload, harness } from '../support/harness.js'
 import { gate, track, until } from '../support/wait.js'
 
-describe.each(backends)('$name: public and partial results', (backend) => {
-  if (backend.skip) it.skip(`skipped: ${backend.skip}`, () => {})
-  if (backend.skip) return
+describeEachBackend('public and partial results', (backend) => {
   const h = harness(backend)
 
   it('stores only the projection: a private field never reaches the database', async () => {

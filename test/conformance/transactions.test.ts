@@ -1,12 +1,10 @@
-import { describe, expect, it } from 'vitest'
+import { expect, it } from 'vitest'
 import { InvalidPayloadError, JobNotFoundError } from 'jobtable'
-import { backends } from '../support/backends.js'
+import { describeEachBackend } from '../support/backends.js'
 import { echoPayload, harness } from '../support/harness.js'
 import { track } from '../support/wait.js'
 
-describe.each(backends)('$name: transactional enqueue', (backend) => {
-  if (backend.skip) it.skip(`skipped: ${backend.skip}`, () => {})
-  if (backend.skip) return
+describeEachBackend('transactional enqueue', (backend) => {
   const h = harness(backend)
 
   it('the job exists exactly when the transaction commits, and a wake after commit runs it', async () => {

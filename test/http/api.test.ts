@@ -1,9 +1,9 @@
 import { request as httpRequest } from 'node:http'
 import { connect } from 'node:net'
-import { describe, expect, it } from 'vitest'
+import { expect, it } from 'vitest'
 import { z } from 'zod'
 import { openApiDocument, PROBLEMS } from 'jobtable/http'
-import { backends } from '../support/backends.js'
+import { describeEachBackend } from '../support/backends.js'
 import { FaultyDriver } from '../support/faults.js'
 import { echoPayload, harness } from '../support/harness.js'
 import { gate, track } from '../support/wait.js'
@@ -12,9 +12,7 @@ import { servers } from './client.js'
 const MARKER = 'SECRET-MARKER-7f3a'
 const MISSING = '00000000-0000-4000-8000-000000000000'
 
-describe.each(backends)('$name: HTTP API', (backend) => {
-  if (backend.skip) it.skip(`skipped: ${backend.skip}`, () => {})
-  if (backend.skip) return
+describeEachBackend('HTTP API', (backend) => {
   const h = harness(backend)
   const s = servers()
 

@@ -1,6 +1,6 @@
-import { describe, expect, it } from 'vitest'
+import { expect, it } from 'vitest'
 import { bearerTokens, FORBIDDEN, UNAUTHENTICATED } from 'jobtable/http'
-import { backends } from '../support/backends.js'
+import { describeEachBackend } from '../support/backends.js'
 import { echoPayload, harness } from '../support/harness.js'
 import { track } from '../support/wait.js'
 import { servers } from './client.js'
@@ -9,9 +9,7 @@ const TOKEN_A = 'token-for-household-a-0001'
 const TOKEN_B = 'token-for-household-b-0002'
 const MISSING = '00000000-0000-4000-8000-000000000000'
 
-describe.each(backends)('$name: access control', (backend) => {
-  if (backend.skip) it.skip(`skipped: ${backend.skip}`, () => {})
-  if (backend.skip) return
+describeEachBackend('access control', (backend) => {
   const h = harness(backend)
   const s = servers()
 

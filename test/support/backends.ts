@@ -3,6 +3,7 @@ import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { randomUUID } from 'node:crypto'
 import Database from 'better-sqlite3'
+import { describe, it } from 'vitest'
 import pg from 'pg'
 import type { Driver } from 'jobtable'
 import { postgres, type PostgresOptions } from 'jobtable/postgres'
@@ -180,3 +181,18 @@ export function postgresBackend(options: Partial<PostgresOptions> = {}): Backend
 }
 
 export const backends: Backend[] = [sqliteBackend, postgresBackend()]
+
+/**
+ * Runs `body` once per backend, as its own describe block named
+ * `<backend>: <title>`. A backend that cannot run here gets one skipped
+ * test whose name says why, instead of its tests.
+ */
+export function describeEachBackend(title: string, body: (backend: Backend) => void): void {
+  describe.each(backends)(`$name: ${title}`, (backend) => {
+    if (backend.skip !== undefined) {
+      it.skip(`skipped: ${backend.skip}`, () => {})
+      return
+    }
+    body(backend)
+  })
+}
