@@ -116,7 +116,8 @@ export function createApi(options: ApiOptions): Api {
   const app = new Hono()
 
   app.use('*', async (c, next) => {
-    if (!hostAllowed(c.req.header('host'), allowedHosts)) {
+    // A Request built in-process (a route handler, a test) may carry no Host header: its URL names the host then.
+    if (!hostAllowed(c.req.header('host') ?? new URL(c.req.url).host, allowedHosts)) {
       return problem('forbidden', { detail: 'This API answers only the host names it is configured for.' })
     }
     return next()
