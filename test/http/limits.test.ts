@@ -19,7 +19,7 @@ function open(url: string): Promise<Socket> {
   })
 }
 
-describe('sqlite: the standalone server holds against slow and greedy clients', () => {
+describe('sqlite: the standalone server holds against slow, greedy and rebound clients', () => {
   const h = harness(sqliteBackend)
   let server: Listening | undefined
   afterEach(async () => {
@@ -49,15 +49,6 @@ describe('sqlite: the standalone server holds against slow and greedy clients', 
     held[0]!.write('GET /api/v1/jobs HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n')
     expect(await answer).toMatch(/^HTTP\/1\.1 200/)
     held[1]!.destroy()
-  })
-})
-
-describe('sqlite: an API without authentication answers only loopback host names', () => {
-  const h = harness(sqliteBackend)
-  let server: Listening | undefined
-  afterEach(async () => {
-    await server?.close(100)
-    server = undefined
   })
 
   /** A raw request with the Host header a DNS-rebinding page would send. */
