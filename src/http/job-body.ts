@@ -1,3 +1,4 @@
+import { JOB_ID } from '../id.js'
 import type { Job } from '../index.js'
 
 /** The statuses after which a job never changes again. */
@@ -12,10 +13,8 @@ export function jobBody(job: Job): Job {
   return { id: job.id, kind: job.kind, status: job.status, result: job.result, error: job.error }
 }
 
-/** A job id as the runner makes them: a UUID v4, in any letter case. */
-const JOB_ID = /^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$/i
-
-/** The canonical (lower-case) form of a job id, or undefined for a string that is not one. */
+/** The canonical (lower-case) form of a job id in any letter case, or undefined for a string that is not one. */
 export function parseJobId(text: string): string | undefined {
-  return JOB_ID.test(text) ? text.toLowerCase() : undefined
+  const id = text.toLowerCase()
+  return JOB_ID.test(id) ? id : undefined
 }

@@ -9,7 +9,7 @@ const jobId = {
   name: 'id',
   in: 'path',
   required: true,
-  description: 'A job id: a UUID v4.',
+  description: 'A job id: a UUID version 7 (the enqueue time, then 74 random bits), or version 4 for a job stored by an earlier jobtable.',
   schema: { type: 'string', format: 'uuid' },
 }
 const authErrors = {

@@ -24,6 +24,7 @@ import {
 } from '../job.js'
 import { type JobContext, type KindDefinition, RegisteredKind } from '../kind.js'
 import { defaultLogger, type Logger } from '../logger.js'
+import { JOB_ID, newJobId } from '../id.js'
 import { encodePayload, encodePayloadSync } from '../payload.js'
 import { Backoff, errorCode, isTransient, sleep } from './backoff.js'
 import { Batcher, type ItemErrors } from './batcher.js'
@@ -307,7 +308,7 @@ export class Runner<D extends Driver = Driver> {
       enqueueMany: async (payloads, options) => {
         const scope = scopeOf(options)
         const jobs = await Promise.all(
-          payloads.map(async (p) => ({ id: randomUUID(), kind: name, scope, payload: await encodePayload(name, schema, p) })),
+          payloads.map(async (p) => ({ id: newJobId(), kind: name, scope, payload: await encodePayload(name, schema, p) })),
         )
         await this.#driver.jobInsertMany({ jobs, now: this.#clock() })
         this.wake()
@@ -316,12 +317,12 @@ export class Runner<D extends Driver = Driver> {
       enqueueTx: ((tx: TxOf<D>, payload: In, options?: EnqueueOptions) => {
         const scope = scopeOf(options)
         if (driver.capabilities.txSync) {
-          const job = { id: randomUUID(), kind: name, scope, payload: encodePayloadSync(name, schema, payload) }
+          const job = { id: newJobId(), kind: name, scope, payload: encodePayloadSync(name, schema, payload) }
           driver.jobInsertTx({ tx, jobs: [job], now: this.#clock() })
           return job.id
         }
         return (async () => {
-          const job = { id: randomUUID(), kind: name, scope, payload: await encodePayload(name, schema, payload) }
+          const job = { id: newJobId(), kind: name, scope, payload: await encodePayload(name, schema, payload) }
           await driver.jobInsertTx({ tx, jobs: [job], now: this.#clock() })
           return job.id
         })()
@@ -331,7 +332,7 @@ export class Runner<D extends Driver = Driver> {
   }
 
   async #insert(kind: string, payload: string, scope: string | null): Promise<string> {
-    const id = randomUUID()
+    const id = newJobId()
     await this.#inserter.add({ id, kind, payload, scope })
     this.wake()
     return id
@@ -547,7 +548,7 @@ function encodeCursor(id: string): string {
 
 function decodeCursor(cursor: string): string {
   const text = typeof cursor === 'string' && cursor.length <= 64 ? Buffer.from(cursor, 'base64url').toString() : ''
-  const match = /^j([0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12})$/.exec(text)
-  if (!match) throw new InvalidCursorError()
-  return match[1]!
+  const id = text.slice(1)
+  if (text[0] !== 'j' || !JOB_ID.test(id)) throw new InvalidCursorError()
+  return id
 }

@@ -140,15 +140,27 @@ describeEachBackend('the table is the queue', (backend) => {
     await expect(runner.list({ cursor: 'not-a-cursor' })).rejects.toMatchObject({ code: 'invalid_cursor' })
   })
 
-  it('makes random, URL-safe ids of at least 122 bits', async () => {
+  it('makes URL-safe ids in time order with 74 random bits (UUID version 7)', async () => {
     const runner = h.runner()
     const kind = runner.register('echo', { payload: echoPayload, handler: () => undefined })
-    const ids = await kind.enqueueMany(Array.from({ length: 200 }, (_, n) => ({ n })))
-    expect(new Set(ids).size).toBe(200)
+    const before = Date.now()
+    const ids = [...(await kind.enqueueMany(Array.from({ length: 200 }, (_, n) => ({ n })))), await kind.enqueue({ n: 200 })]
+    const after = Date.now()
+    expect(new Set(ids).size).toBe(201)
     for (const id of ids) {
       expect(encodeURIComponent(id)).toBe(id)
-      // UUID version 4: 122 random bits.
-      expect(id).toMatch(/^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$/)
+      expect(id).toMatch(/^[0-9a-f]{8}-[0-9a-f]{4}-7[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$/)
+      // The first 48 bits are the enqueue time in milliseconds.
+      const time = parseInt(id.slice(0, 8) + id.slice(9, 13), 16)
+      expect(time).toBeGreaterThanOrEqual(before)
+      expect(time).toBeLessThanOrEqual(after)
     }
+    // Nothing after the timestamp counts up: ids made within one millisecond are
+    // not in order of making, as a counter (which would tell how many jobs others made) would put them.
+    const byTime = new Map<string, string[]>()
+    for (const id of ids) byTime.set(id.slice(0, 13), [...(byTime.get(id.slice(0, 13)) ?? []), id.slice(14)])
+    const sameMs = [...byTime.values()].reduce((a, b) => (b.length > a.length ? b : a))
+    expect(sameMs.length).toBeGreaterThanOrEqual(10)
+    expect(sameMs).not.toEqual([...sameMs].sort())
   })
 })
