@@ -16,11 +16,19 @@ import { randomUUID } from 'node:crypto'
  * of random bytes) with its first 48 bits replaced by the time.
  */
 export function newJobId(now: number = Date.now()): string {
-  const random = randomUUID()
-  const time = now.toString(16).padStart(12, '0')
-  // random: xxxxxxxx-xxxx-4xxx-Vxxx-xxxxxxxxxxxx (V the variant, already RFC 9562's).
-  return `${time.slice(0, 8)}-${time.slice(8, 12)}-7${random.slice(15)}`
+  if (now !== lastMs) {
+    const time = now.toString(16).padStart(12, '0')
+    lastPrefix = `${time.slice(0, 8)}-${time.slice(8, 12)}-7`
+    lastMs = now
+  }
+  // randomUUID(): xxxxxxxx-xxxx-4xxx-Vxxx-xxxxxxxxxxxx, V the variant, already RFC 9562's.
+  return lastPrefix + randomUUID().slice(15)
 }
+
+/** The time part of the last id made, kept for the ids made in the same millisecond. */
+let lastMs = -1
+let lastPrefix = ''
+
 
 /** A job id this jobtable makes (version 7) or made before (version 4), in lower case. */
 export const JOB_ID = /^[0-9a-f]{8}-[0-9a-f]{4}-[47][0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$/

@@ -13,8 +13,6 @@ import { InvalidPayloadError, type PayloadIssue } from './errors.js'
  * as the reference design's DisallowUnknownFields does.
  */
 
-type Validation<T> = StandardSchemaV1.Result<T> | Promise<StandardSchemaV1.Result<T>>
-
 /** Encodes and validates a payload, returning its JSON text; throws InvalidPayloadError. */
 export function encodePayload(kind: string, schema: StandardSchemaV1, payload: unknown): string | Promise<string> {
   const { text, value } = toJson(kind, payload)
@@ -34,16 +32,28 @@ export function encodePayloadSync(kind: string, schema: StandardSchemaV1, payloa
   return encoded
 }
 
-/** Decodes a stored payload and validates it again; undefined when it no longer fits. */
-export async function decodePayload(schema: StandardSchemaV1, text: string): Promise<{ value: unknown } | undefined> {
+/**
+ * Decodes a stored payload and validates it again; undefined when it no
+ * longer fits. Synchronous when the schema validates synchronously (zod
+ * and valibot do), so a claimed job starts without waiting a turn.
+ */
+export function decodePayload(
+  schema: StandardSchemaV1,
+  text: string,
+): { value: unknown } | undefined | Promise<{ value: unknown } | undefined> {
   let value: unknown
   try {
     value = JSON.parse(text)
   } catch {
     return undefined
   }
-  const result = await (schema['~standard'].validate(value) as Validation<unknown>)
-  if (result.issues || unknownField(value, result.value, []) !== undefined) return undefined
+  const checked = schema['~standard'].validate(value)
+  if (checked instanceof Promise) return checked.then((r) => fits(value, r), () => undefined)
+  return fits(value, checked)
+}
+
+function fits(input: unknown, result: StandardSchemaV1.Result<unknown>): { value: unknown } | undefined {
+  if (result.issues || unknownField(input, result.value, []) !== undefined) return undefined
   return { value: result.value }
 }
 

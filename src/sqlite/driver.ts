@@ -98,6 +98,8 @@ export class SqliteDriver implements Driver<Database.Database, true> {
   readonly #get: Database.Statement
   readonly #getScoped: Database.Statement
   readonly #list: Database.Statement
+  /** insertJobs statements by row count, up to INSERT_ROWS_MAX of them. */
+  readonly #insertRows = new Map<number, Database.Statement>()
   readonly #insertOnTx = new WeakMap<Database.Database, Database.Statement>()
   readonly #insertMany: (jobs: readonly NewJob[], now: number) => void
   readonly #releaseMany: (jobs: readonly { id: string; attempt: number }[], now: number) => void
@@ -155,7 +157,7 @@ export class SqliteDriver implements Driver<Database.Database, true> {
     this.#list = this.#reader.prepare(sql.listJobs)
     this.#insertOnTx.set(this.#writer, this.#insert)
     this.#insertMany = this.#writer.transaction((jobs: readonly NewJob[], now: number) => {
-      for (const job of jobs) this.#insertOne(this.#insert, job, now)
+      for (let i = 0; i < jobs.length; i += sql.INSERT_ROWS_MAX) this.#insertChunk(jobs, i, Math.min(jobs.length, i + sql.INSERT_ROWS_MAX), now)
     }).immediate
     const release = this.#writer.prepare(sql.releaseJob)
     this.#releaseMany = this.#writer.transaction((jobs: readonly { id: string; attempt: number }[], now: number) => {
@@ -175,6 +177,27 @@ export class SqliteDriver implements Driver<Database.Database, true> {
     statement.run({ id: job.id, kind: job.kind, payload: job.payload, scope: job.scope, now })
   }
 
+  /** Inserts jobs[from..to) with one statement, prepared once per row count. */
+  #insertChunk(jobs: readonly NewJob[], from: number, to: number, now: number): void {
+    const rows = to - from
+    let statement = this.#insertRows.get(rows)
+    if (statement === undefined) {
+      statement = this.#writer.prepare(sql.insertJobs(rows))
+      this.#insertRows.set(rows, statement)
+    }
+    const values: unknown[] = new Array(rows * 6)
+    for (let i = from, v = 0; i < to; i++) {
+      const job = jobs[i]!
+      values[v++] = job.id
+      values[v++] = job.kind
+      values[v++] = job.payload
+      values[v++] = job.scope
+      values[v++] = now
+      values[v++] = now
+    }
+    statement.run(values)
+  }
+
   #finishEach(finishes: readonly JobFinish[], now: number): boolean[] {
     return finishes.map(
       (f) => this.#finish.run({ id: f.id, attempt: f.attempt, status: f.status, result: f.result, error: f.error, now }).changes === 1,
@@ -183,8 +206,11 @@ export class SqliteDriver implements Driver<Database.Database, true> {
 
   #claimRows(limit: number, runnerId: string, now: number): ClaimedJob[] {
     const rows = this.#claim.all({ limit, runnerId, now }) as (ClaimedJob & { seq: number })[]
-    // RETURNING gives no order; workers start oldest first.
-    return rows.sort((a, b) => a.seq - b.seq)
+    // RETURNING promises no order; workers start oldest first.
+    for (let i = 1; i < rows.length; i++) {
+      if (rows[i - 1]!.seq > rows[i]!.seq) return rows.sort((a, b) => a.seq - b.seq)
+    }
+    return rows
   }
 
   /** The writing connection: the database handed in, or the one jobtable opened. */

@@ -8,6 +8,21 @@ export const insertJob = `
   VALUES (@id, @kind, @payload, @scope, @now, @now)`
 
 /**
+ * `rows` jobs in one statement, six positional parameters per row (id,
+ * kind, payload, scope, now, now), inserted in the order given. Fewer
+ * statements per batch: about a third more jobs per second for a batch of
+ * 1,000 than one insertJob per row (bench/).
+ */
+export function insertJobs(rows: number): string {
+  return `
+  INSERT INTO jobtable_jobs (id, kind, payload, scope, created_at, updated_at)
+  VALUES ${Array.from({ length: rows }, () => '(?, ?, ?, ?, ?, ?)').join(', ')}`
+}
+
+/** The most rows one insertJobs statement takes; a bigger batch is written in chunks. */
+export const INSERT_ROWS_MAX = 50
+
+/**
  * One statement claims jobs for every idle worker. SQLite serializes
  * writers, so the subquery's rows cannot be claimed by anyone else between
  * the SELECT and the UPDATE: no job is claimed twice. The subquery walks

@@ -20,6 +20,19 @@ describeEachBackend('the table is the queue', (backend) => {
     expect(started).toEqual([...Array(30).keys()])
   })
 
+  it('claims the jobs of one enqueueMany in the order of its array, however many it holds', async () => {
+    const runner = h.runner({ workers: 1 })
+    const started: number[] = []
+    const kind = runner.register('echo', { payload: echoPayload, handler: ({ n }) => void started.push(n) })
+    // 123 crosses every chunk boundary a driver may split a batch at (SQLite: 50 rows a statement).
+    const order = Array.from({ length: 123 }, (_, i) => (i * 37) % 123)
+    const ids = await kind.enqueueMany(order.map((n) => ({ n })))
+    const done = track(runner)
+    await runner.start()
+    await done.ends(ids)
+    expect(started).toEqual(order)
+  })
+
   it('runs every job exactly once across a pool of workers (ledger keyed by id)', async () => {
     const runner = h.runner({ workers: 5 })
     const ledger = new Map<string, number>()
