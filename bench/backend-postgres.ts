@@ -1,13 +1,22 @@
-import { randomUUID } from 'node:crypto'
 import pg from 'pg'
 import type { Driver } from 'jobtable'
-import type { Backend, FloorRate, Floors, Store } from './backend.js'
+import { newJobId } from '../src/id.js'
+import { queries } from '../src/postgres/queries.js'
+import type { Backend, EnqueueShape, FloorRate, Floors, InsertFloorRate, Store } from './backend.js'
 import { percentile } from './stats.js'
 
 /**
  * PostgreSQL through jobtable's driver, and through pg directly for the
- * floor, on a fresh schema per store; the floor's tables are made by
- * jobtable's own migrations, so the ratio to it is what the library adds.
+ * floors, on a fresh schema per store; the floors' tables are made by
+ * jobtable's own migrations and their ids by jobtable's newJobId (UUID
+ * version 7), so the ratio to them is what the library adds. "single" and
+ * "batched" are the least SQL a durable queue runs (see floor-sqlite.ts);
+ * "shaped" is the library's own statements (src/postgres/queries.ts, with
+ * the parameters src/postgres/driver.ts passes) in the library's own batch
+ * shape on one connection: drain is one finishAndClaimJobs statement per
+ * cycle (the previous cycle's final writes and a claim of `workers`),
+ * after a first claimJobs; enqueue is insertJobs with arrays of 1
+ * (sequential), 16 (concurrent) or 1,000 (enqueueMany).
  * Default server settings: synchronous_commit on.
  */
 
@@ -81,21 +90,39 @@ async function connect(schema: string): Promise<pg.Client> {
   return client
 }
 
+/** Rows per statement when seeding finished jobs: arrays of ids, each a few MB. */
+const SEED_CHUNK = 50_000
+
+/**
+ * Inserts `rows` finished jobs with ids made by newJobId at times 1 ms
+ * apart ending just before now (so they sit in time order at the start of
+ * the id index, before any later job's id), SEED_CHUNK rows per statement
+ * through unnest.
+ */
 async function seedFinished(client: pg.Client, rows: number): Promise<void> {
-  await client.query(
-    `INSERT INTO jobs (id, kind, status, payload, result, attempt, runner_id, created_at, updated_at, started_at, finished_at)
-     SELECT gen_random_uuid()::text, 'noop', 'succeeded', '{"n":0}', 'null', 1, 'old-runner', $2, $2, $2, $2
-       FROM generate_series(1, $1::int)`,
-    [rows, Date.now()],
-  )
+  const first = Date.now() - rows
+  for (let start = 0; start < rows; start += SEED_CHUNK) {
+    const count = Math.min(SEED_CHUNK, rows - start)
+    const ids = new Array<string>(count)
+    for (let i = 0; i < count; i++) ids[i] = newJobId(first + start + i)
+    await client.query(
+      `INSERT INTO jobs (id, kind, status, payload, result, attempt, runner_id, created_at, updated_at, started_at, finished_at)
+       SELECT t.id, 'noop', 'succeeded', '{"n":0}', 'null', 1, 'old-runner', $2::bigint + t.ord, $2::bigint + t.ord, $2::bigint + t.ord, $2::bigint + t.ord
+         FROM unnest($1::text[]) WITH ORDINALITY AS t(id, ord)
+        ORDER BY t.ord`,
+      [ids, first + start - 1],
+    )
+  }
   await client.query('ANALYZE jobs')
 }
 
+/** Inserts `jobs` queued jobs in one statement, ids from newJobId, in seq order of the array. */
 async function seedQueued(client: pg.Client, jobs: number): Promise<void> {
+  const now = Date.now()
   await client.query(
     `INSERT INTO jobs (id, kind, payload, created_at, updated_at)
-     SELECT gen_random_uuid()::text, 'noop', $2, $3, $3 FROM generate_series(1, $1::int)`,
-    [jobs, PAYLOAD, Date.now()],
+     SELECT t.id, 'noop', $2, $3, $3 FROM unnest($1::text[]) WITH ORDINALITY AS t(id, ord) ORDER BY t.ord`,
+    [Array.from({ length: jobs }, () => newJobId(now)), PAYLOAD, now],
   )
 }
 
@@ -159,13 +186,13 @@ interface Claimed {
   attempt: number
 }
 
-/** Runs fn on `connections` clients of a fresh schema, then drops it. */
-async function withSchema<T>(connections: number, fn: (clients: pg.Client[]) => Promise<T>): Promise<T> {
+/** Runs fn on `connections` clients of a fresh schema (its unquoted name given too), then drops it. */
+async function withSchema<T>(connections: number, fn: (clients: pg.Client[], schema: string) => Promise<T>): Promise<T> {
   const { schema, driver } = await makeSchema()
   await driver.close()
   const clients = await Promise.all(Array.from({ length: connections }, () => connect(schema)))
   try {
-    return await fn(clients)
+    return await fn(clients, schema)
   } finally {
     await Promise.all(clients.map((c) => c.end()))
     await dropSchema(schema)
@@ -174,6 +201,57 @@ async function withSchema<T>(connections: number, fn: (clients: pg.Client[]) => 
 
 function rate(jobs: number, t0: number): number {
   return jobs / ((performance.now() - t0) / 1000)
+}
+
+/** Jobs per insertJobs statement of each enqueue shape, as the library batches them. */
+const ENQUEUE_SHAPES: Readonly<Record<EnqueueShape, number>> = { sequential: 1, concurrent: 16, many: 1_000 }
+
+/**
+ * The library's claim shape: a first claimJobs of `workers`, then one
+ * finishAndClaimJobs per cycle with the previous cycle's final writes
+ * (parameters as the driver's finishValues, then limit and runner id)
+ * until a cycle claims none; then checks every job succeeded. Returns jobs/s.
+ */
+async function drainShaped(client: pg.Client, schema: string, jobs: number, workers: number): Promise<number> {
+  const q = queries(`"${schema}"`)
+  type Row = Claimed & { part?: 'f' | 'c' }
+  let done = 0
+  const t0 = performance.now()
+  let claimed = (await client.query<Row>(q.claimJobs, [workers, 'floor', Date.now()])).rows
+  while (claimed.length > 0) {
+    const { rows } = await client.query<Row>(q.finishAndClaimJobs, [
+      claimed.map((j) => j.id),
+      claimed.map((j) => j.attempt),
+      claimed.map(() => 'succeeded'),
+      claimed.map(() => 'null'),
+      claimed.map(() => null),
+      Date.now(),
+      workers,
+      'floor',
+    ])
+    done += claimed.length
+    claimed = rows.filter((r) => r.part === 'c')
+  }
+  const r = rate(done, t0)
+  const { rows } = await client.query<{ n: string }>(`SELECT count(*) AS n FROM jobs WHERE status <> 'succeeded'`)
+  if (done !== jobs || rows[0]?.n !== '0') throw new Error(`shaped drain floor: ${done} of ${jobs} finished, ${rows[0]?.n} not succeeded`)
+  return r
+}
+
+/** The library's insertJobs with arrays of `perStatement` jobs, each statement autocommitted; returns jobs/s. */
+async function insertShaped(client: pg.Client, schema: string, jobs: number, perStatement: number): Promise<number> {
+  const q = queries(`"${schema}"`)
+  let done = 0
+  const t0 = performance.now()
+  while (done < jobs && performance.now() - t0 < SINGLE_FLOOR_MS) {
+    const count = Math.min(perStatement, jobs - done)
+    const now = Date.now()
+    const ids = new Array<string>(count)
+    for (let i = 0; i < count; i++) ids[i] = newJobId(now)
+    await client.query(q.insertJobs, [ids, ids.map(() => 'noop'), ids.map(() => PAYLOAD), ids.map(() => null), now])
+    done += count
+  }
+  return rate(done, t0)
 }
 
 const pgFloors: Floors = {
@@ -212,25 +290,39 @@ const pgFloors: Floors = {
       }
       return rate(done, t0)
     })
-    return { single, batched }
+    const shaped = await withSchema(1, async ([c], schema) => {
+      const client = c as pg.Client
+      if (finishedRows > 0) await seedFinished(client, finishedRows)
+      await seedQueued(client, jobs)
+      return drainShaped(client, schema, jobs, workers)
+    })
+    return { single, batched, shaped }
   },
-  async insert(jobs) {
+  async insert(jobs): Promise<InsertFloorRate> {
     const single = await withSchema(1, async ([c]) => {
       const t0 = performance.now()
       let done = 0
       for (; done < jobs && performance.now() - t0 < SINGLE_FLOOR_MS; done++) {
-        await (c as pg.Client).query(INSERT_ONE, [randomUUID(), PAYLOAD, Date.now()])
+        const now = Date.now()
+        await (c as pg.Client).query(INSERT_ONE, [newJobId(now), PAYLOAD, now])
       }
       return rate(done, t0)
     })
     const batched = await withSchema(1, async ([c]) => {
       const t0 = performance.now()
       for (let i = 0; i < jobs; i += BATCH) {
-        await (c as pg.Client).query(INSERT_MANY, [Array.from({ length: BATCH }, () => randomUUID()), PAYLOAD, Date.now()])
+        const now = Date.now()
+        await (c as pg.Client).query(INSERT_MANY, [Array.from({ length: BATCH }, () => newJobId(now)), PAYLOAD, now])
       }
       return rate(Math.ceil(jobs / BATCH) * BATCH, t0)
     })
-    return { single, batched }
+    const shaped = async (shape: EnqueueShape): Promise<number> =>
+      withSchema(1, ([c], schema) => insertShaped(c as pg.Client, schema, jobs, ENQUEUE_SHAPES[shape]))
+    return {
+      single,
+      batched,
+      shaped: { sequential: await shaped('sequential'), concurrent: await shaped('concurrent'), many: await shaped('many') },
+    }
   },
   async mixed(jobs, workers) {
     const single = await withSchema(workers, async (clients) => {
@@ -241,7 +333,7 @@ const pgFloors: Floors = {
           while (next < jobs && performance.now() - t0 < SINGLE_FLOOR_MS) {
             next++
             const now = Date.now()
-            await c.query(INSERT_ONE, [randomUUID(), PAYLOAD, now])
+            await c.query(INSERT_ONE, [newJobId(now), PAYLOAD, now])
             const { rows } = await c.query<Claimed>(CLAIM_ONE, [now])
             const job = rows[0]
             if (job !== undefined) await c.query(FINISH_ONE, [job.id, job.attempt, now])
@@ -255,13 +347,13 @@ const pgFloors: Floors = {
       const t0 = performance.now()
       for (let i = 0; i < jobs; i += BATCH) {
         const now = Date.now()
-        await client.query(INSERT_MANY, [Array.from({ length: BATCH }, () => randomUUID()), PAYLOAD, now])
+        await client.query(INSERT_MANY, [Array.from({ length: BATCH }, () => newJobId(now)), PAYLOAD, now])
         const { rows } = await client.query<Claimed>(CLAIM_MANY, [now])
         await client.query(FINISH_MANY, [rows.map((r) => r.id), now])
       }
       return rate(Math.ceil(jobs / BATCH) * BATCH, t0)
     })
-    return { single, batched }
+    return { single, batched, shaped: Number.NaN }
   },
   async latency(samples) {
     return withSchema(1, async ([c]) => {
@@ -270,7 +362,7 @@ const pgFloors: Floors = {
       for (let i = 0; i < samples; i++) {
         const t0 = performance.now()
         const now = Date.now()
-        await client.query(INSERT_ONE, [randomUUID(), PAYLOAD, now])
+        await client.query(INSERT_ONE, [newJobId(now), PAYLOAD, now])
         const { rows } = await client.query<Claimed>(CLAIM_ONE, [now])
         times.push(performance.now() - t0)
         const job = rows[0]

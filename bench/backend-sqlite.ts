@@ -3,7 +3,7 @@ import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { sqlite } from 'jobtable/sqlite'
 import type { Driver } from 'jobtable'
-import type { Backend, Floors, Store } from './backend.js'
+import type { Backend, EnqueueShape, Floors, Store } from './backend.js'
 import * as floor from './floor-sqlite.js'
 import type { Sync } from './floor-sqlite.js'
 
@@ -61,25 +61,32 @@ function withDb<T>(sync: Sync, fn: (db: ReturnType<typeof floor.openFloorDb>) =>
 function sqliteFloors(sync: Sync): Floors {
   // One connection: SQLite has one writer, so more connections in one process add only lock waits.
   return {
-    async drain(jobs, _workers, finishedRows = 0) {
-      const run = (batched: boolean): number =>
+    async drain(jobs, workers, finishedRows = 0) {
+      const run = (drain: (db: ReturnType<typeof floor.openFloorDb>) => number): number =>
         withDb(sync, (db) => {
           if (finishedRows > 0) floor.seedFinished(db, finishedRows)
           floor.seedQueued(db, jobs)
-          return batched ? floor.drainBatched(db) : floor.drainSingle(db)
+          return drain(db)
         })
-      return { single: run(false), batched: run(true) }
+      return {
+        single: run(floor.drainSingle),
+        batched: run(floor.drainBatched),
+        shaped: run((db) => floor.drainShaped(db, workers)),
+      }
     },
     async insert(jobs) {
+      const shaped = (shape: EnqueueShape): number => withDb(sync, (db) => floor.insertShaped(db, jobs, floor.ENQUEUE_SHAPES[shape]))
       return {
         single: withDb(sync, (db) => floor.insertSingle(db, jobs)),
         batched: withDb(sync, (db) => floor.insertBatched(db, jobs)),
+        shaped: { sequential: shaped('sequential'), concurrent: shaped('concurrent'), many: shaped('many') },
       }
     },
     async mixed(jobs) {
       return {
         single: withDb(sync, (db) => floor.mixedSingle(db, jobs)),
         batched: withDb(sync, (db) => floor.mixedBatched(db, jobs)),
+        shaped: Number.NaN,
       }
     },
     async latency(samples) {

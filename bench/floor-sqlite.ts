@@ -1,15 +1,30 @@
-import { randomUUID } from 'node:crypto'
 import Database from 'better-sqlite3'
 import { migrate } from 'jobtable/sqlite'
+import { newJobId } from '../src/id.js'
+import * as sql from '../src/sqlite/queries.js'
+import type { EnqueueShape } from './backend.js'
 import { percentile } from './stats.js'
 
 /**
- * The raw-SQL floor on SQLite: the least SQL a durable queue runs per job
- * in one process, through better-sqlite3 directly, on jobtable's own
- * schema (same table, same indexes), so the ratio to it is what the
- * library adds. "single" runs one transaction per write (a claim, a
- * completion, an insert each commit on their own); "batched" puts 100
- * claims, 100 completions or 100 inserts in one statement.
+ * The raw-SQL floors on SQLite, through better-sqlite3 directly, on
+ * jobtable's own schema (same table, same indexes), with ids made by
+ * jobtable's own newJobId (UUID version 7), so the id index grows as the
+ * library's does.
+ *
+ * - "single" and "batched": the least SQL a durable queue runs per job in
+ *   one process, so the ratio to them is what the library's design adds.
+ *   "single" runs one transaction per write (a claim, a completion, an
+ *   insert each commit on their own); "batched" puts 100 claims, 100
+ *   completions or 100 inserts in one statement.
+ * - "shaped": the library's OWN statements (src/sqlite/queries.ts, bound
+ *   as src/sqlite/driver.ts binds them) in the library's own batch shape,
+ *   with none of its JavaScript: a drain cycle is one immediate
+ *   transaction holding finishJob for each job of the previous cycle and
+ *   claimJobs for `workers` more (the first claim alone, autocommitted, as
+ *   a starting runner makes it); an enqueue is insertJob autocommitted
+ *   alone (sequential), or 16 or 1,000 insertJob runs in one immediate
+ *   transaction (16 concurrent producers, enqueueMany). The library's
+ *   ratio to it is what the library's JavaScript costs.
  */
 
 const BATCH = 100
@@ -32,21 +47,29 @@ export function seedQueued(db: Database.Database, n: number): void {
   )
   const now = Date.now()
   db.transaction(() => {
-    for (let i = 0; i < n; i++) insert.run(randomUUID(), PAYLOAD, now, now)
+    for (let i = 0; i < n; i++) insert.run(newJobId(now), PAYLOAD, now, now)
   })()
 }
 
 /**
- * Inserts n finished (succeeded) jobs with one INSERT ... SELECT over a
- * recursive counter: the history a long-lived queue accumulates.
+ * Inserts n finished (succeeded) jobs: the history a long-lived queue
+ * accumulates. Their ids are made by newJobId, as the library made them,
+ * at times 1 ms apart ending just before now, so they sit in time order at
+ * the start of the id index and later jobs' ids land after them. One
+ * prepared INSERT per row in one transaction.
  */
 export function seedFinished(db: Database.Database, n: number): void {
   const now = Date.now()
-  db.prepare(
-    `WITH RECURSIVE c(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM c WHERE i < @n)
-     INSERT INTO jobtable_jobs (id, kind, status, payload, result, attempt, runner_id, created_at, updated_at, started_at, finished_at)
-     SELECT lower(hex(randomblob(16))), 'noop', 'succeeded', '{"n":0}', 'null', 1, 'old-runner', @now, @now, @now, @now FROM c`,
-  ).run({ n, now })
+  const insert = db.prepare(
+    `INSERT INTO jobtable_jobs (id, kind, status, payload, result, attempt, runner_id, created_at, updated_at, started_at, finished_at)
+     VALUES (?, 'noop', 'succeeded', '{"n":0}', 'null', 1, 'old-runner', ?, ?, ?, ?)`,
+  )
+  db.transaction(() => {
+    for (let i = 0; i < n; i++) {
+      const at = now - n + i
+      insert.run(newJobId(at), at, at, at, at)
+    }
+  })()
 }
 
 const CLAIM_ONE = `
@@ -109,7 +132,7 @@ export function insertSingle(db: Database.Database, n: number): number {
   const t0 = performance.now()
   for (let i = 0; i < n; i++) {
     const now = Date.now()
-    insert.run(randomUUID(), PAYLOAD, now, now)
+    insert.run(newJobId(now), PAYLOAD, now, now)
   }
   return n / ((performance.now() - t0) / 1000)
 }
@@ -121,7 +144,7 @@ export function insertBatched(db: Database.Database, n: number): number {
   for (let i = 0; i < n; i += BATCH) {
     const now = Date.now()
     const args: unknown[] = []
-    for (let j = 0; j < BATCH; j++) args.push(randomUUID(), PAYLOAD, now, now)
+    for (let j = 0; j < BATCH; j++) args.push(newJobId(now), PAYLOAD, now, now)
     insert.run(...args)
   }
   return (Math.ceil(n / BATCH) * BATCH) / ((performance.now() - t0) / 1000)
@@ -135,7 +158,7 @@ export function mixedSingle(db: Database.Database, n: number): number {
   const t0 = performance.now()
   for (let i = 0; i < n; i++) {
     const now = Date.now()
-    insert.run(randomUUID(), PAYLOAD, now, now)
+    insert.run(newJobId(now), PAYLOAD, now, now)
     const job = claim.get({ now }) as Claimed
     finish.run({ id: job.id, attempt: job.attempt, now })
   }
@@ -151,7 +174,7 @@ export function mixedBatched(db: Database.Database, n: number): number {
   for (let i = 0; i < n; i += BATCH) {
     const now = Date.now()
     const args: unknown[] = []
-    for (let j = 0; j < BATCH; j++) args.push(randomUUID(), PAYLOAD, now, now)
+    for (let j = 0; j < BATCH; j++) args.push(newJobId(now), PAYLOAD, now, now)
     insert.run(...args)
     const jobs = claim.all({ now }) as Claimed[]
     finish.run({ done: JSON.stringify(jobs.map((j) => j.id)), now })
@@ -168,10 +191,67 @@ export function latencyFloor(db: Database.Database, samples: number): { p50: num
   for (let i = 0; i < samples; i++) {
     const t0 = performance.now()
     const now = Date.now()
-    insert.run(randomUUID(), PAYLOAD, now, now)
+    insert.run(newJobId(now), PAYLOAD, now, now)
     const job = claim.get({ now }) as Claimed
     times.push(performance.now() - t0)
     finish.run({ id: job.id, attempt: job.attempt, now })
   }
   return { p50: percentile(times, 50), p99: percentile(times, 99) }
+}
+
+/** A claimed row as claimJobs returns it. */
+interface ShapedClaim {
+  id: string
+  attempt: number
+}
+
+/**
+ * The library's own statements in the runner's shape: the first claim of
+ * `workers` jobs autocommitted alone, then per cycle one immediate
+ * transaction with finishJob for each job of the previous cycle and
+ * claimJobs for `workers` more, until a claim finds none; then checks
+ * (untimed) that every job succeeded. Returns jobs/s.
+ */
+export function drainShaped(db: Database.Database, workers: number): number {
+  const claim = db.prepare(sql.claimJobs)
+  const finish = db.prepare(sql.finishJob)
+  const cycle = db.transaction((jobs: readonly ShapedClaim[], now: number): ShapedClaim[] => {
+    for (const j of jobs) finish.run({ id: j.id, attempt: j.attempt, status: 'succeeded', result: 'null', error: null, now })
+    return claim.all({ limit: workers, runnerId: 'floor', now }) as ShapedClaim[]
+  }).immediate
+  let done = 0
+  const t0 = performance.now()
+  let jobs = claim.all({ limit: workers, runnerId: 'floor', now: Date.now() }) as ShapedClaim[]
+  while (jobs.length > 0) {
+    const next = cycle(jobs, Date.now())
+    done += jobs.length
+    jobs = next
+  }
+  const rate = done / ((performance.now() - t0) / 1000)
+  const left = db.prepare(`SELECT count(*) FROM jobtable_jobs WHERE status <> 'succeeded'`).pluck().get() as number
+  if (left !== 0) throw new Error(`shaped drain floor: ${left} jobs not succeeded after ${done} finished`)
+  return rate
+}
+
+/** Jobs per transaction of each enqueue shape: as the library batches 1 awaited enqueue, 16 concurrent ones, one enqueueMany of 1,000. */
+export const ENQUEUE_SHAPES: Readonly<Record<EnqueueShape, number>> = { sequential: 1, concurrent: 16, many: 1_000 }
+
+/**
+ * The library's insertJob, one autocommitted run per job when `perTx` is 1
+ * (no BEGIN and COMMIT around a lone insert, as the driver does), else
+ * `perTx` runs in one immediate transaction; returns jobs/s.
+ */
+export function insertShaped(db: Database.Database, n: number, perTx: number): number {
+  const insert = db.prepare(sql.insertJob)
+  const many = db.transaction((count: number, now: number) => {
+    for (let j = 0; j < count; j++) insert.run({ id: newJobId(now), kind: 'noop', payload: PAYLOAD, scope: null, now })
+  }).immediate
+  const t0 = performance.now()
+  for (let i = 0; i < n; i += perTx) {
+    const now = Date.now()
+    const count = Math.min(perTx, n - i)
+    if (count === 1) insert.run({ id: newJobId(now), kind: 'noop', payload: PAYLOAD, scope: null, now })
+    else many(count, now)
+  }
+  return n / ((performance.now() - t0) / 1000)
 }

@@ -12,6 +12,13 @@
  *   --no-floor                  skip the raw-SQL floors (for profiling)
  *   --profile DIR               CPU-profile each timed section into DIR (see bench/profile-summary.ts)
  *
+ * The library measured is the one users get: `jobtable`, `jobtable/sqlite`
+ * and `jobtable/postgres` resolve through package.json "exports" to the
+ * compiled dist/ (`npm run bench` builds it first), not to src/ through
+ * tsx's transforms: no `--conditions=source`, and the children inherit
+ * this process's execArgv. The bench's own TypeScript (and the SQL text
+ * and newJobId the floors import from src/) still runs through tsx.
+ *
  * Each (backend, durability, workload) runs in its own child process, so
  * one workload's memory and JIT state never colour the next, and RSS is
  * the runner process's own. Prints one JSON line per result as it lands,
@@ -19,10 +26,10 @@
  * a time.
  */
 import { spawn } from 'node:child_process'
-import { mkdirSync } from 'node:fs'
-import { resolve } from 'node:path'
+import { mkdirSync, readdirSync, statSync } from 'node:fs'
+import { join, relative, resolve } from 'node:path'
 import { fileURLToPath } from 'node:url'
-import type { Backend } from './backend.js'
+import type { Backend, FloorRate } from './backend.js'
 import { jsonLine, table, type Result } from './report.js'
 import { median } from './stats.js'
 import { postgresBackend, postgresUnavailable } from './backend-postgres.js'
@@ -146,10 +153,10 @@ function scaleMet(r: Omit<Result, 'target' | 'target_met'>): boolean {
   return typeof ratio === 'number' && ratio >= 0.9 && r.rss_mb <= 200
 }
 
-/** One library measurement with the floor measured beside it. */
+/** One library measurement with the floors measured beside it (NaN where none). */
 interface Sample {
   m: work.Measurement
-  floor: { single: number; batched: number }
+  floor: FloorRate
   extra?: Record<string, number>
 }
 
@@ -158,7 +165,7 @@ async function runUnit(unit: Unit, o: Options): Promise<void> {
   const backend: Backend = unit.backend === 'sqlite' ? sqliteBackend(unit.sync) : postgresBackend()
   profileLabel(`${unit.backend}${unit.backend === 'sqlite' ? `-${unit.sync}` : ''}-${unit.workload}`)
   const f = backend.floors
-  const noFloor = { single: Number.NaN, batched: Number.NaN }
+  const noFloor: FloorRate = { single: Number.NaN, batched: Number.NaN, shaped: Number.NaN }
   const rounds: Sample[][] = []
   for (let rep = 0; rep < o.repeat; rep++) {
     const round: Sample[] = []
@@ -177,8 +184,10 @@ async function runUnit(unit: Unit, o: Options): Promise<void> {
         break
       }
       case 'enqueue': {
-        const floor = o.floor ? await f.insert(o.jobs) : noFloor
+        const floors = o.floor ? await f.insert(o.jobs) : undefined
         for (const mode of ['sequential', 'concurrent', 'many'] as const) {
+          // Each mode has its own shaped floor (the library's batch of 1, 16 or 1,000 per transaction).
+          const floor = floors ? { single: floors.single, batched: floors.batched, shaped: floors.shaped[mode] } : noFloor
           round.push({ m: await fresh((s) => work.enqueue(s, o.jobs, mode)), floor })
         }
         break
@@ -187,7 +196,7 @@ async function runUnit(unit: Unit, o: Options): Promise<void> {
         const lf = o.floor ? await f.latency(o.samples) : { p50: Number.NaN, p99: Number.NaN }
         const m = await fresh((s) => work.latency(s, o.samples, o.workers))
         // For latency the "floor" is insert-then-claim time; its ratio is library p50 over floor p50.
-        round.push({ m, floor: { single: 1000 / lf.p50, batched: Number.NaN }, extra: { floor_p50_ms: lf.p50, floor_p99_ms: lf.p99 } })
+        round.push({ m, floor: { single: 1000 / lf.p50, batched: Number.NaN, shaped: Number.NaN }, extra: { floor_p50_ms: lf.p50, floor_p99_ms: lf.p99 } })
         break
       }
       case 'mixed': {
@@ -218,6 +227,7 @@ async function runUnit(unit: Unit, o: Options): Promise<void> {
     const jobsPerS = med((x) => x.m.jobs_per_s)
     const floorSingle = med((x) => x.floor.single)
     const floorBatched = med((x) => x.floor.batched)
+    const floorShaped = med((x) => x.floor.shaped)
     const extraKeys = Object.keys({ ...sample.m.extra, ...sample.extra })
     const extra = Object.fromEntries(extraKeys.map((k) => [k, med((x) => ({ ...x.m.extra, ...x.extra })[k] ?? Number.NaN)]))
     const isLatency = unit.workload === 'latency'
@@ -238,6 +248,8 @@ async function runUnit(unit: Unit, o: Options): Promise<void> {
       ratio_to_floor: isLatency ? p50 / (extra['floor_p50_ms'] ?? Number.NaN) : jobsPerS / floorSingle,
       floor_batched_jobs_per_s: floorBatched,
       ratio_to_batched_floor: jobsPerS / floorBatched,
+      floor_shaped_jobs_per_s: floorShaped,
+      ratio_to_shaped_floor: jobsPerS / floorShaped,
       repeats: o.repeat,
       ...(extraKeys.length > 0 ? { extra } : {}),
     }
@@ -281,6 +293,32 @@ function runChild(unit: Unit, o: Options, argv: string[]): Promise<Result[]> {
   })
 }
 
+/**
+ * Says on stderr which build of jobtable this process (and so every child,
+ * which has the same execArgv) loads, and warns when that is dist/ older
+ * than a source file in src/ (run `npm run build`; `npm run bench` does).
+ */
+function reportLibrary(): void {
+  const entry = fileURLToPath(import.meta.resolve('jobtable'))
+  const root = resolve(fileURLToPath(import.meta.url), '../..')
+  console.error(`bench: jobtable from ${relative(root, entry)}`)
+  if (!entry.startsWith(join(root, 'dist'))) return
+  const stale: string[] = []
+  const walk = (dir: string): void => {
+    for (const e of readdirSync(dir, { withFileTypes: true })) {
+      const path = join(dir, e.name)
+      if (e.isDirectory()) walk(path)
+      else if (e.name.endsWith('.ts') && !e.name.endsWith('.d.ts')) {
+        const built = join(root, 'dist', relative(join(root, 'src'), path)).replace(/\.ts$/, '.js')
+        const builtAt = statSync(built, { throwIfNoEntry: false })?.mtimeMs ?? 0
+        if (builtAt < statSync(path).mtimeMs) stale.push(relative(root, path))
+      }
+    }
+  }
+  walk(join(root, 'src'))
+  if (stale.length > 0) console.error(`bench: warning: dist/ is older than ${stale.slice(0, 3).join(', ')}${stale.length > 3 ? ` and ${stale.length - 3} more` : ''}; run npm run build`)
+}
+
 async function main(): Promise<void> {
   const args = process.argv.slice(2)
   const childAt = args.indexOf('--child')
@@ -291,6 +329,7 @@ async function main(): Promise<void> {
     return
   }
   const o = parseArgs(args)
+  reportLibrary()
   const units: Unit[] = []
   for (const backend of o.backends) {
     if (backend === 'postgres') {

@@ -35,7 +35,8 @@ function where(url: string): string {
   const m = /node_modules\/((?:@[^/]+\/)?[^/]+)/.exec(url)
   if (m) return `dep:${m[1]}`
   if (url.startsWith('node:')) return 'node core'
-  const s = /\/(src|bench)\/(.*)$/.exec(url)
+  // dist/ is the library as `npm run bench` loads it; src/ when run with --conditions=source.
+  const s = /\/(src|dist|bench)\/(.*)$/.exec(url)
   return s ? `${s[1]}/${s[2]}` : url
 }
 

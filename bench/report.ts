@@ -3,9 +3,19 @@ import { round } from './stats.js'
 /**
  * One measured result. Throughput results have jobs_per_s; latency results
  * have p50_ms/p99_ms as their headline. Each result carries the raw-SQL
- * floor measured in the same process just before it, and its ratio to it
- * (for latency the ratio is library/floor, so lower is better; for
- * throughput it is library/floor, so higher is better).
+ * floors measured in the same process just before it, and its ratio to
+ * each (for latency the ratio is library/floor, so lower is better; for
+ * throughput it is library/floor, so higher is better):
+ *
+ * - floor 1/tx and floor x100: the least SQL a durable queue runs, one
+ *   transaction per write or 100 writes per statement; the ratio to them
+ *   is what the library's design adds or saves.
+ * - floor shape: the library's own SQL statements in the library's own
+ *   batch shape (drain: one transaction per cycle holding the previous
+ *   cycle's final writes and a claim of `workers`; enqueue: 1, 16 or 1,000
+ *   inserts per transaction for sequential, concurrent, many), run straight
+ *   through better-sqlite3 or pg: the ratio to it ("x shape") is what the
+ *   library's JavaScript costs. Only drain, enqueue and scale have one.
  */
 export interface Result {
   readonly backend: string
@@ -29,6 +39,9 @@ export interface Result {
   /** The raw-SQL floor with claims, completions and inserts 100 to a statement. */
   readonly floor_batched_jobs_per_s: number
   readonly ratio_to_batched_floor: number
+  /** The library's own statements in its own batch shape, without its JavaScript; NaN (null in JSON) where not measured. */
+  readonly floor_shaped_jobs_per_s: number
+  readonly ratio_to_shaped_floor: number
   /** How many repeats the medians are taken over. */
   readonly repeats: number
   /** The issue's target for this result, as text, and whether the median met it. */
@@ -63,6 +76,8 @@ const COLUMNS: [string, (r: Result) => string][] = [
   ['x floor', (r) => fmt(r.ratio_to_floor)],
   ['floor x100', (r) => fmt(r.floor_batched_jobs_per_s)],
   ['x floor100', (r) => fmt(r.ratio_to_batched_floor)],
+  ['floor shape', (r) => fmt(r.floor_shaped_jobs_per_s)],
+  ['x shape', (r) => fmt(r.ratio_to_shaped_floor)],
   ['target', (r) => (r.target === undefined ? '' : `${r.target_met ? 'MET ' : 'MISS'} ${r.target}`)],
 ]
 
