@@ -477,9 +477,25 @@ export class Runner<D extends Driver = Driver> {
       this.#logger.error({ ...fields, code: CODE_UNKNOWN_KIND }, 'job failed: no handler is registered for its kind')
       return this.#finish(job, null, CODE_UNKNOWN_KIND)
     }
-    const ctx = new Context(job, kind, this.#stopping.signal, this.#driver, this.#clock)
+    let settled = false
+    // Closures, not methods: a handler may destructure them (`{ publish, fail }`).
+    const ctx: JobContext<unknown> = {
+      id: job.id,
+      kind: job.kind,
+      signal: this.#stopping.signal,
+      publish: async (partial) => {
+        if (settled) throw new JobNotRunningError('publish result')
+        const result = kind.project(partial)
+        const applied = await this.#driver.jobPublish({ id: job.id, attempt: job.attempt, result, now: this.#clock() })
+        if (!applied) throw new JobNotRunningError('publish result')
+      },
+      fail: (code) => {
+        throw new JobFailure(code)
+      },
+      finalWriteSignal,
+    }
     const outcome = await kind.run(job.payload, ctx)
-    ctx.settled = true
+    settled = true
     if ('result' in outcome) {
       this.#logger.debug(fields, 'job succeeded')
       return this.#finish(job, outcome.result, null)
@@ -499,46 +515,6 @@ export class Runner<D extends Driver = Driver> {
     if (jobEndChannel.hasSubscribers) {
       jobEndChannel.publish({ runnerId: this.id, jobId: job.id, kind: job.kind, status, error })
     }
-  }
-}
-
-/**
- * What a handler receives beside its payload: a class rather than an
- * object of closures, so a job costs one allocation here.
- */
-class Context implements JobContext<unknown> {
-  readonly id: string
-  readonly kind: string
-  /** Set once the handler has returned: a late publish is refused. */
-  settled = false
-  readonly #job: ClaimedJob
-  readonly #registered: RegisteredKind
-  readonly #driver: Driver
-  readonly #clock: () => number
-
-  constructor(job: ClaimedJob, registered: RegisteredKind, readonly signal: AbortSignal, driver: Driver, clock: () => number) {
-    this.id = job.id
-    this.kind = job.kind
-    this.#job = job
-    this.#registered = registered
-    this.#driver = driver
-    this.#clock = clock
-  }
-
-  async publish(partial: unknown): Promise<void> {
-    if (this.settled) throw new JobNotRunningError('publish result')
-    const result = this.#registered.project(partial)
-    const { id, attempt } = this.#job
-    const applied = await this.#driver.jobPublish({ id, attempt, result, now: this.#clock() })
-    if (!applied) throw new JobNotRunningError('publish result')
-  }
-
-  fail(code: string): never {
-    throw new JobFailure(code)
-  }
-
-  finalWriteSignal(): AbortSignal {
-    return finalWriteSignal()
   }
 }
 

@@ -32,6 +32,29 @@ describeEachBackend('public and partial results', (backend) => {
     expect(await h.store.dump()).toMatch(/"days": ?7/)
   })
 
+  it('lets a handler destructure its context: publish, fail and finalWriteSignal need no `this`', async () => {
+    const runner = h.runner()
+    const kind = runner.register('loose', {
+      payload: echoPayload,
+      failures: ['too_big'],
+      result: (r: { n: number }) => r,
+      handler: async ({ n }, { publish, fail, finalWriteSignal, signal }) => {
+        await publish({ n: -n })
+        expect(finalWriteSignal().aborted).toBe(false)
+        expect(signal.aborted).toBe(false)
+        if (n > 1) fail('too_big')
+        return { n }
+      },
+    })
+    const done = track(runner)
+    await runner.start()
+    const [ok, big] = await kind.enqueueMany([{ n: 1 }, { n: 2 }])
+    await done.ends([ok!, big!])
+    expect(await runner.get(ok!)).toMatchObject({ status: 'succeeded', result: { n: 1 }, error: null })
+    // A failed job keeps its last partial result: the destructured publish landed.
+    expect(await runner.get(big!)).toMatchObject({ status: 'failed', result: { n: -2 }, error: 'too_big' })
+  })
+
   it('stores null when a kind declares no projection', async () => {
     const runner = h.runner()
     const kind = runner.register('quiet', { payload: echoPayload, handler: () => ({ token: 'kept-private' }) })
