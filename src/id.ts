@@ -17,6 +17,7 @@ import { randomUUID } from 'node:crypto'
  */
 export function newJobId(now: number = Date.now()): string {
   if (now !== lastMs) {
+    if (!Number.isSafeInteger(now) || now < 0 || now >= 2 ** 48) throw new RangeError('newJobId: the time must be whole milliseconds from 0 to 2^48')
     const time = now.toString(16).padStart(12, '0')
     lastPrefix = `${time.slice(0, 8)}-${time.slice(8, 12)}-7`
     lastMs = now

@@ -1,7 +1,7 @@
 import type { StandardSchemaV1 } from '@standard-schema/spec'
 import { JobFailure, RegistrationError } from './errors.js'
 import { CODE_INTERNAL, FAILURE_CODE_PATTERN, RESERVED_CODES } from './job.js'
-import { decodePayload } from './payload.js'
+import { decodePayload, isThenable } from './payload.js'
 import { publicJson } from './result.js'
 
 /** What a handler receives beside its payload. */
@@ -92,7 +92,7 @@ export class RegisteredKind {
     let payload: { value: unknown } | undefined
     try {
       const decoded = decodePayload(this.schema, payloadText)
-      payload = decoded instanceof Promise ? await decoded : decoded
+      payload = isThenable(decoded) ? await decoded : decoded
     } catch {
       payload = undefined // a schema that throws: the payload does not fit it
     }
@@ -130,10 +130,6 @@ function validateDefinition(name: string, def: KindDefinition<StandardSchemaV1, 
     }
     if (RESERVED_CODES.has(code)) throw new RegistrationError(name, `failure code ${JSON.stringify(code)} is reserved for the runner`)
   }
-}
-
-function isThenable(v: unknown): v is PromiseLike<unknown> {
-  return (typeof v === 'object' || typeof v === 'function') && v !== null && typeof (v as { then?: unknown }).then === 'function'
 }
 
 function describe(v: unknown): string {

@@ -17,7 +17,7 @@ import { InvalidPayloadError, type PayloadIssue } from './errors.js'
 export function encodePayload(kind: string, schema: StandardSchemaV1, payload: unknown): string | Promise<string> {
   const { text, value } = toJson(kind, payload)
   const checked = schema['~standard'].validate(value)
-  if (checked instanceof Promise) return checked.then((r) => accept(kind, value, r, text))
+  if (isThenable(checked)) return Promise.resolve(checked).then((r) => accept(kind, value, r, text))
   return accept(kind, value, checked, text)
 }
 
@@ -48,13 +48,27 @@ export function decodePayload(
     return undefined
   }
   const checked = schema['~standard'].validate(value)
-  if (checked instanceof Promise) return checked.then((r) => fits(value, r), () => undefined)
+  if (isThenable(checked)) return Promise.resolve(checked).then((r) => fits(value, r), () => undefined)
   return fits(value, checked)
 }
 
 function fits(input: unknown, result: StandardSchemaV1.Result<unknown>): { value: unknown } | undefined {
-  if (result.issues || unknownField(input, result.value, []) !== undefined) return undefined
+  if (!isSuccess(result) || unknownField(input, result.value, []) !== undefined) return undefined
   return { value: result.value }
+}
+
+/**
+ * Whether a value is a promise or any other thenable: a schema's result
+ * may come from another realm (vm, some test environments), where
+ * `instanceof Promise` is false.
+ */
+export function isThenable(v: unknown): v is PromiseLike<unknown> {
+  return (typeof v === 'object' || typeof v === 'function') && v !== null && typeof (v as { then?: unknown }).then === 'function'
+}
+
+/** A result that validated: no issues, and a value (a result with neither is a broken schema, not a pass). */
+function isSuccess(result: unknown): result is StandardSchemaV1.SuccessResult<unknown> {
+  return typeof result === 'object' && result !== null && !(result as { issues?: unknown }).issues && 'value' in result
 }
 
 function toJson(kind: string, payload: unknown): { text: string; value: unknown } {
@@ -69,7 +83,8 @@ function toJson(kind: string, payload: unknown): { text: string; value: unknown 
 }
 
 function accept(kind: string, input: unknown, result: StandardSchemaV1.Result<unknown>, text: string): string {
-  if (result.issues) throw new InvalidPayloadError(kind, result.issues.flatMap(toIssues))
+  if (result?.issues) throw new InvalidPayloadError(kind, Array.from(result.issues).flatMap(toIssues))
+  if (!isSuccess(result)) throw new InvalidPayloadError(kind, [{ path: '', message: 'the schema returned neither a value nor issues' }])
   const unknown = unknownField(input, result.value, [])
   if (unknown !== undefined) throw new InvalidPayloadError(kind, [{ path: unknown, message: 'unknown field' }])
   return text

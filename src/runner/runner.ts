@@ -24,7 +24,7 @@ import {
 } from '../job.js'
 import { type JobContext, type KindDefinition, RegisteredKind } from '../kind.js'
 import { defaultLogger, type Logger } from '../logger.js'
-import { JOB_ID, newJobId } from '../id.js'
+import { newJobId } from '../id.js'
 import { encodePayload, encodePayloadSync } from '../payload.js'
 import { Backoff, errorCode, isTransient, sleep } from './backoff.js'
 import { Batcher, type ItemErrors } from './batcher.js'
@@ -308,7 +308,14 @@ export class Runner<D extends Driver = Driver> {
       enqueueMany: async (payloads, options) => {
         const scope = scopeOf(options)
         // Awaited only where the schema validates asynchronously: a sync one costs no promise per payload.
-        const encoded = payloads.map((p) => encodePayload(name, schema, p))
+        const encoded: (string | Promise<string>)[] = []
+        try {
+          for (const p of payloads) encoded.push(encodePayload(name, schema, p))
+        } catch (err) {
+          // Refused before the asynchronous checks already started were awaited: their refusals are not news.
+          for (const e of encoded) if (typeof e !== 'string') e.catch(() => undefined)
+          throw err
+        }
         const texts = encoded.every((e) => typeof e === 'string') ? encoded : await Promise.all(encoded)
         const jobs = texts.map((payload) => ({ id: newJobId(), kind: name, scope, payload }))
         await this.#driver.jobInsertMany({ jobs, now: this.#clock() })
@@ -550,7 +557,8 @@ function encodeCursor(id: string): string {
 
 function decodeCursor(cursor: string): string {
   const text = typeof cursor === 'string' && cursor.length <= 64 ? Buffer.from(cursor, 'base64url').toString() : ''
+  // The shape of a UUID only: the id is a lookup key (scopes are enforced in SQL), whatever made it.
   const id = text.slice(1)
-  if (text[0] !== 'j' || !JOB_ID.test(id)) throw new InvalidCursorError()
+  if (text[0] !== 'j' || !/^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/.test(id)) throw new InvalidCursorError()
   return id
 }

@@ -1,9 +1,12 @@
+import vm from 'node:vm'
+import type { StandardSchemaV1 } from '@standard-schema/spec'
 import { expect, it } from 'vitest'
 import { z } from 'zod'
 import * as v from 'valibot'
 import { CODE_INTERNAL, InvalidPayloadError, UnknownKindError } from 'jobtable'
 import { describeEachBackend } from '../support/backends.js'
 import { harness } from '../support/harness.js'
+import { captureLogs } from '../support/logs.js'
 import { track } from '../support/wait.js'
 
 describeEachBackend('payloads', (backend) => {
@@ -100,6 +103,98 @@ describeEachBackend('payloads', (backend) => {
     expect((await runner.get(rows[1]!.id)).error).toBe(CODE_INTERNAL)
     expect((await runner.get(rows[2]!.id)).status).toBe('succeeded')
     expect(ran).toBe(1)
+  })
+
+  /** A schema of `{ n: number }` whose result comes as `wrap` makes it: a promise, another realm's promise, or at once. */
+  function nSchema(wrap: (r: StandardSchemaV1.Result<unknown>) => unknown, fail?: 'throw' | 'reject'): StandardSchemaV1<{ n: number }> {
+    return {
+      '~standard': {
+        version: 1,
+        vendor: 'test',
+        validate: (value) => {
+          if (fail === 'throw') throw new Error('schema exploded')
+          if (fail === 'reject') return Promise.reject(new Error('schema exploded'))
+          const ok = typeof value === 'object' && value !== null && typeof (value as { n?: unknown }).n === 'number'
+          return wrap(ok ? { value: { n: (value as { n: number }).n } } : { issues: [{ message: 'n must be a number', path: ['n'] }] }) as never
+        },
+      },
+    }
+  }
+  const otherRealmPromise = vm.runInNewContext('Promise') as PromiseConstructor
+
+  it('waits for a schema that validates asynchronously, in this realm or another, at enqueue and when the job runs', async () => {
+    const runner = h.runner()
+    const seen: unknown[] = []
+    const kinds = [
+      runner.register('async_here', { payload: nSchema((r) => Promise.resolve(r)), handler: (p) => void seen.push(p) }),
+      runner.register('async_vm', { payload: nSchema((r) => otherRealmPromise.resolve(r)), handler: (p) => void seen.push(p) }),
+    ]
+    const ids: string[] = []
+    for (const kind of kinds) {
+      await expect(kind.enqueue({ n: 'x' } as never)).rejects.toBeInstanceOf(InvalidPayloadError)
+      await expect(kind.enqueueMany([{ n: 1 }, { n: 'x' } as never])).rejects.toBeInstanceOf(InvalidPayloadError)
+      ids.push(await kind.enqueue({ n: 1 }), ...(await kind.enqueueMany([{ n: 2 }, { n: 3 }])))
+    }
+    // A row that no longer fits, stored as older code might have: refused again when it runs, in either realm.
+    const stale = kinds.map((k) => ({ id: crypto.randomUUID(), kind: k.name, payload: '{"n":"old"}', scope: null }))
+    await runner.driver.jobInsertMany({ jobs: stale, now: Date.now() })
+    expect((await runner.list()).jobs).toHaveLength(ids.length + stale.length)
+    const done = track(runner)
+    await runner.start()
+    await done.ends([...ids, ...stale.map((r) => r.id)])
+    for (const id of ids) expect((await runner.get(id)).status).toBe('succeeded')
+    for (const { id } of stale) expect(await runner.get(id)).toMatchObject({ status: 'failed', error: CODE_INTERNAL })
+    expect(seen).toEqual([{ n: 1 }, { n: 2 }, { n: 3 }, { n: 1 }, { n: 2 }, { n: 3 }])
+  })
+
+  it('refuses a whole enqueueMany when one payload is not JSON after others began validating asynchronously, with no stray rejection', async () => {
+    const stray: unknown[] = []
+    const onStray = (reason: unknown): void => void stray.push(reason)
+    process.on('unhandledRejection', onStray)
+    try {
+      const runner = h.runner()
+      const kind = runner.register('async_mix', { payload: nSchema((r) => Promise.resolve(r)), handler: () => undefined })
+      await expect(kind.enqueueMany([{ n: 'x' } as never, { n: 1 }, { n: 1n } as never])).rejects.toMatchObject({
+        code: 'invalid_payload',
+        issues: [{ path: '', message: 'payload is not JSON' }],
+      })
+      await new Promise((r) => setTimeout(r, 20))
+      expect(stray).toEqual([])
+      expect((await runner.list()).jobs).toEqual([])
+    } finally {
+      process.off('unhandledRejection', onStray)
+    }
+  })
+
+  it('fails a job with internal_error when its schema throws or rejects as it runs, and refuses a schema that returns no value', async () => {
+    const logs = captureLogs()
+    const runner = h.runner({ logger: logs })
+    const kinds = (['throw', 'reject'] as const).map((fail) => runner.register(`schema_${fail}`, { payload: nSchema((r) => r, fail), handler: () => undefined }))
+    const rows = kinds.map((k) => ({ id: crypto.randomUUID(), kind: k.name, payload: '{"n":1}', scope: null }))
+    await runner.driver.jobInsertMany({ jobs: rows, now: Date.now() })
+    const broken = runner.register('broken', { payload: nSchema(() => ({})), handler: () => undefined })
+    await expect(broken.enqueue({ n: 1 })).rejects.toBeInstanceOf(InvalidPayloadError)
+    const done = track(runner)
+    await runner.start()
+    await done.ends(rows.map((r) => r.id))
+    for (const { id } of rows) expect(await runner.get(id)).toMatchObject({ status: 'failed', error: CODE_INTERNAL })
+    // Each failure is logged, without the schema's error text.
+    expect(logs.lines.filter((l) => l.fields.code === CODE_INTERNAL)).toHaveLength(2)
+    expect(logs.text()).not.toContain('exploded')
+  })
+
+  it('waits for a handler that returns a thenable other than a native promise', async () => {
+    const runner = h.runner()
+    const kind = runner.register('thenable', {
+      payload: nSchema((r) => r),
+      result: (r: { n: number }) => r,
+      handler: ({ n }) => otherRealmPromise.resolve({ n: n + 1 }) as unknown as { n: number },
+    })
+    const done = track(runner)
+    await runner.start()
+    const id = await kind.enqueue({ n: 1 })
+    await done.ends([id])
+    expect(await runner.get(id)).toMatchObject({ status: 'succeeded', result: { n: 2 } })
   })
 
   it('hands the handler the JSON round trip of the payload, as validated', async () => {
