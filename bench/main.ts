@@ -205,13 +205,17 @@ async function runUnit(unit: Unit, o: Options): Promise<void> {
         break
       }
       case 'scale': {
+        const warm = await backend.store()
         const empty = await backend.store()
         const big = await backend.store()
         try {
-          const m = await work.scale(empty, big, o.scaleRows, o.jobs, o.workers)
+          const m = await work.scale(warm, empty, big, o.scaleRows, o.jobs, o.workers)
           const floor = o.floor ? await f.drain(o.jobs, o.workers, o.scaleRows) : noFloor
-          round.push({ m, floor })
+          // The same ratio for the library's SQL alone: its shaped floor on the big table over the empty one.
+          const emptyFloor = o.floor ? await f.drain(o.jobs, o.workers) : noFloor
+          round.push({ m, floor, extra: { floor_shape_ratio_to_empty: floor.shaped / emptyFloor.shaped } })
         } finally {
+          await warm.drop()
           await empty.drop()
           await big.drop()
         }
