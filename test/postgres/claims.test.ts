@@ -25,7 +25,9 @@ describe.skipIf(skip !== undefined)('postgres: a claim whose answer is lost', ()
       const query = client.query.bind(client) as (...args: unknown[]) => Promise<unknown>
       ;(client as unknown as { query: unknown }).query = async (...args: unknown[]) => {
         const result = await query(...args)
-        if (loseNextClaimAnswer && typeof args[0] === 'string' && args[0].includes('SKIP LOCKED')) {
+        // The statement's text, whether sent as a string or as a (prepared) query config.
+        const text = typeof args[0] === 'string' ? args[0] : (args[0] as { text?: unknown } | undefined)?.text
+        if (loseNextClaimAnswer && typeof text === 'string' && text.includes('SKIP LOCKED')) {
           loseNextClaimAnswer = false
           throw new Error('Connection terminated unexpectedly')
         }
