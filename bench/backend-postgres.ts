@@ -1,3 +1,4 @@
+import { createHash } from 'node:crypto'
 import pg from 'pg'
 import type { Driver } from 'jobtable'
 import { newJobId } from '../src/id.js'
@@ -16,7 +17,9 @@ import { percentile } from './stats.js'
  * shape on one connection: drain is one finishAndClaimJobs statement per
  * cycle (the previous cycle's final writes and a claim of `workers`),
  * after a first claimJobs; enqueue is insertJobs with arrays of 1
- * (sequential), 16 (concurrent) or 1,000 (enqueueMany).
+ * (sequential), 16 (concurrent) or 1,000 (enqueueMany). Like the
+ * driver's, these statements are prepared once per connection; the other
+ * floors send theirs unprepared.
  * Default server settings: synchronous_commit on.
  */
 
@@ -217,9 +220,9 @@ async function drainShaped(client: pg.Client, schema: string, jobs: number, work
   type Row = Claimed & { part?: 'f' | 'c' }
   let done = 0
   const t0 = performance.now()
-  let claimed = (await client.query<Row>(q.claimJobs, [workers, 'floor', Date.now()])).rows
+  let claimed = (await client.query<Row>(prepared(q.claimJobs, [workers, 'floor', Date.now()]))).rows
   while (claimed.length > 0) {
-    const { rows } = await client.query<Row>(q.finishAndClaimJobs, [
+    const { rows } = await client.query<Row>(prepared(q.finishAndClaimJobs, [
       claimed.map((j) => j.id),
       claimed.map((j) => j.attempt),
       claimed.map(() => 'succeeded'),
@@ -228,7 +231,7 @@ async function drainShaped(client: pg.Client, schema: string, jobs: number, work
       Date.now(),
       workers,
       'floor',
-    ])
+    ]))
     done += claimed.length
     claimed = rows.filter((r) => r.part === 'c')
   }
@@ -236,6 +239,11 @@ async function drainShaped(client: pg.Client, schema: string, jobs: number, work
   const { rows } = await client.query<{ n: string }>(`SELECT count(*) AS n FROM jobs WHERE status <> 'succeeded'`)
   if (done !== jobs || rows[0]?.n !== '0') throw new Error(`shaped drain floor: ${done} of ${jobs} finished, ${rows[0]?.n} not succeeded`)
   return r
+}
+
+/** A statement prepared once on the connection, as the driver sends its own by default (preparedStatements). */
+function prepared(text: string, values: unknown[]): pg.QueryConfig {
+  return { name: `floor_${createHash('sha256').update(text).digest('hex').slice(0, 32)}`, text, values }
 }
 
 /** The library's insertJobs with arrays of `perStatement` jobs, each statement autocommitted; returns jobs/s. */
@@ -248,7 +256,7 @@ async function insertShaped(client: pg.Client, schema: string, jobs: number, per
     const now = Date.now()
     const ids = new Array<string>(count)
     for (let i = 0; i < count; i++) ids[i] = newJobId(now)
-    await client.query(q.insertJobs, [ids, ids.map(() => 'noop'), ids.map(() => PAYLOAD), ids.map(() => null), now])
+    await client.query(prepared(q.insertJobs, [ids, ids.map(() => 'noop'), ids.map(() => PAYLOAD), ids.map(() => null), now]))
     done += count
   }
   return rate(done, t0)
