@@ -241,6 +241,52 @@ async function drainShaped(client: pg.Client, schema: string, jobs: number, work
   return r
 }
 
+/**
+ * The library's SQL in the mixed workload's shape, on two connections at
+ * once: the 4 producers' awaited enqueues as insertJobs with arrays of 4,
+ * one after another (as the runner batches them), and the workers as
+ * finishAndClaimJobs cycles of up to `workers` jobs. A cycle that claims
+ * nothing waits for the next insert to commit, as an idle runner waits for
+ * its wake. Returns jobs/s from the first insert until every job finished.
+ */
+async function mixedShaped(producer: pg.Client, worker: pg.Client, schema: string, jobs: number, workers: number): Promise<number> {
+  const q = queries(`"${schema}"`)
+  let inserted = 0
+  let nextInsert: Promise<void> = Promise.resolve()
+  let announce = (): void => {}
+  const t0 = performance.now()
+  const produce = (async () => {
+    while (inserted < jobs) {
+      const count = Math.min(4, jobs - inserted)
+      const now = Date.now()
+      const ids = Array.from({ length: count }, () => newJobId(now))
+      await producer.query(prepared(q.insertJobs, [ids, ids.map(() => 'noop'), ids.map(() => PAYLOAD), ids.map(() => null), now]))
+      inserted += count
+      announce()
+    }
+  })()
+  let done = 0
+  let claimed: Claimed[] = []
+  while (done < jobs) {
+    nextInsert = new Promise((resolve) => (announce = resolve))
+    const { rows } = await worker.query<Claimed & { part: 'f' | 'c' }>(prepared(q.finishAndClaimJobs, [
+      claimed.map((j) => j.id),
+      claimed.map((j) => j.attempt),
+      claimed.map(() => 'succeeded'),
+      claimed.map(() => 'null'),
+      claimed.map(() => null),
+      Date.now(),
+      workers,
+      'floor',
+    ]))
+    done += claimed.length
+    claimed = rows.filter((r) => r.part === 'c')
+    if (claimed.length === 0 && done < jobs) await nextInsert
+  }
+  await produce
+  return rate(done, t0)
+}
+
 /** A statement prepared once on the connection, as the driver sends its own by default (preparedStatements). */
 function prepared(text: string, values: unknown[]): pg.QueryConfig {
   return { name: `floor_${createHash('sha256').update(text).digest('hex').slice(0, 32)}`, text, values }
@@ -361,7 +407,8 @@ const pgFloors: Floors = {
       }
       return rate(Math.ceil(jobs / BATCH) * BATCH, t0)
     })
-    return { single, batched, shaped: Number.NaN }
+    const shaped = await withSchema(2, ([p, w], schema) => mixedShaped(p as pg.Client, w as pg.Client, schema, jobs, workers))
+    return { single, batched, shaped }
   },
   async latency(samples) {
     return withSchema(1, async ([c]) => {
