@@ -60,8 +60,8 @@ export interface PostgresOptions {
   /**
    * Prepare each of jobtable's statements once per connection (a named
    * prepared statement), so the server parses and plans it once instead of
-   * at every call: about a third more jobs per second on every workload
-   * (BENCHMARKS.md). Default true. Set false behind PgBouncer in
+   * at every call: 10% to 80% more jobs per second across the benchmark's
+   * workloads (BENCHMARKS.md). Default true. Set false behind PgBouncer in
    * transaction mode without prepared statement support (before 1.21, or
    * max_prepared_statements = 0), where a prepared statement does not
    * survive the transaction.
