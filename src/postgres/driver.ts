@@ -60,7 +60,7 @@ export interface PostgresOptions {
   /**
    * Prepare each of jobtable's statements once per connection (a named
    * prepared statement), so the server parses and plans it once instead of
-   * at every call: 10% to 80% more jobs per second across the benchmark's
+   * at every call: 7% to 85% more jobs per second across the benchmark's
    * workloads (BENCHMARKS.md). Default true. Set false behind PgBouncer in
    * transaction mode without prepared statement support (before 1.21, or
    * max_prepared_statements = 0), where a prepared statement does not
