@@ -217,23 +217,13 @@ const ENQUEUE_SHAPES: Readonly<Record<EnqueueShape, number>> = { sequential: 1, 
  */
 async function drainShaped(client: pg.Client, schema: string, jobs: number, workers: number): Promise<number> {
   const q = queries(`"${schema}"`)
-  type Row = Claimed & { part?: 'f' | 'c' }
   let done = 0
   const t0 = performance.now()
-  let claimed = (await client.query<Row>(prepared(q.claimJobs, [workers, 'floor', Date.now()]))).rows
+  let claimed = (await client.query<Claimed>(prepared(q.claimJobs, [workers, 'floor', Date.now()]))).rows
   while (claimed.length > 0) {
-    const { rows } = await client.query<Row>(prepared(q.finishAndClaimJobs, [
-      claimed.map((j) => j.id),
-      claimed.map((j) => j.attempt),
-      claimed.map(() => 'succeeded'),
-      claimed.map(() => 'null'),
-      claimed.map(() => null),
-      Date.now(),
-      workers,
-      'floor',
-    ]))
+    const next = await finishAndClaim(client, q, claimed, workers)
     done += claimed.length
-    claimed = rows.filter((r) => r.part === 'c')
+    claimed = next
   }
   const r = rate(done, t0)
   const { rows } = await client.query<{ n: string }>(`SELECT count(*) AS n FROM jobs WHERE status <> 'succeeded'`)
@@ -269,7 +259,19 @@ async function mixedShaped(producer: pg.Client, worker: pg.Client, schema: strin
   let claimed: Claimed[] = []
   while (done < jobs) {
     nextInsert = new Promise((resolve) => (announce = resolve))
-    const { rows } = await worker.query<Claimed & { part: 'f' | 'c' }>(prepared(q.finishAndClaimJobs, [
+    const next = await finishAndClaim(worker, q, claimed, workers)
+    done += claimed.length
+    claimed = next
+    if (claimed.length === 0 && done < jobs) await nextInsert
+  }
+  await produce
+  return rate(done, t0)
+}
+
+/** One cycle as the runner makes it: `claimed` succeed and up to `workers` more are claimed, in the library's one statement; returns those. */
+async function finishAndClaim(client: pg.Client, q: ReturnType<typeof queries>, claimed: readonly Claimed[], workers: number): Promise<Claimed[]> {
+  const { rows } = await client.query<Claimed & { part: 'f' | 'c' }>(
+    prepared(q.finishAndClaimJobs, [
       claimed.map((j) => j.id),
       claimed.map((j) => j.attempt),
       claimed.map(() => 'succeeded'),
@@ -278,13 +280,9 @@ async function mixedShaped(producer: pg.Client, worker: pg.Client, schema: strin
       Date.now(),
       workers,
       'floor',
-    ]))
-    done += claimed.length
-    claimed = rows.filter((r) => r.part === 'c')
-    if (claimed.length === 0 && done < jobs) await nextInsert
-  }
-  await produce
-  return rate(done, t0)
+    ]),
+  )
+  return rows.filter((r) => r.part === 'c')
 }
 
 /** A statement prepared once on the connection, as the driver sends its own by default (preparedStatements). */

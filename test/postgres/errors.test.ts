@@ -1,11 +1,12 @@
 import pg from 'pg'
-import { afterEach, beforeEach, describe, expect, it } from 'vitest'
+import { describe, expect, it } from 'vitest'
 import { CODE_INTERNAL, DatabaseError, Runner } from 'jobtable'
 import { postgres, type PostgresDriver } from 'jobtable/postgres'
 import { toDatabaseError } from '../../src/postgres/driver.js'
-import { PG_URL, postgresBackend, testSchema } from '../support/backends.js'
+import { PG_URL, postgresBackend } from '../support/backends.js'
 import { echoPayload } from '../support/harness.js'
 import { captureLogs } from '../support/logs.js'
+import { pgSchemaPerTest } from '../support/pg-schema.js'
 import { track } from '../support/wait.js'
 
 const skip = postgresBackend().skip
@@ -44,29 +45,17 @@ describe('postgres: error classification', () => {
 })
 
 describe.skipIf(skip !== undefined)('postgres: errors against the real server', () => {
-  let schema: string
-  let admin: pg.Pool
-  let opened: { close(): Promise<void> }[] = []
-  beforeEach(() => {
-    schema = testSchema()
-    admin = new pg.Pool({ connectionString: PG_URL, max: 3 })
-  })
-  afterEach(async () => {
-    for (const o of opened) await o.close().catch(() => undefined)
-    opened = []
-    await admin.query(`DROP SCHEMA IF EXISTS "${schema}" CASCADE`)
-    await admin.end()
-  })
+  const t = pgSchemaPerTest()
   const driver = (): PostgresDriver => {
-    const d = postgres({ connectionString: PG_URL, schema })
-    opened.push(d)
+    const d = postgres({ connectionString: PG_URL, schema: t.schema })
+    t.closeAfter(d)
     return d
   }
 
   it('a NUL character in a result, which jsonb refuses, fails the job with internal_error instead of looping', async () => {
     const logs = captureLogs()
     const runner = new Runner({ driver: driver(), logger: logs })
-    opened.push(runner)
+    t.closeAfter(runner)
     const kind = runner.register('nul', {
       payload: echoPayload,
       result: (r: { text: string }) => r,
@@ -84,8 +73,8 @@ describe.skipIf(skip !== undefined)('postgres: errors against the real server', 
   })
 
   it('a server that refuses connections gives a transient DatabaseError naming only the code', async () => {
-    const d = postgres({ connectionString: 'postgres://postgres@127.0.0.1:1/test', schema })
-    opened.push(d)
+    const d = postgres({ connectionString: 'postgres://postgres@127.0.0.1:1/test', schema: t.schema })
+    t.closeAfter(d)
     const err = await d.jobGet({ id: 'x' }).catch((e: unknown) => e)
     expect(err).toBeInstanceOf(DatabaseError)
     expect(err).toMatchObject({ transient: true, dbCode: 'ECONNREFUSED' })
@@ -96,10 +85,10 @@ describe.skipIf(skip !== undefined)('postgres: errors against the real server', 
     await d.runnerRegister({ runnerId: 'r1', now: 1 })
     await d.jobInsertMany({ jobs: [{ id: 'j1', kind: 'echo', payload: '{}', scope: null }], now: 1 })
     const [claimed] = await d.jobClaim({ limit: 1, runnerId: 'r1', now: 2 })
-    const locker = await admin.connect()
+    const locker = await t.admin.connect()
     try {
       await locker.query('BEGIN')
-      await locker.query(`SELECT 1 FROM "${schema}".jobs WHERE id = 'j1' FOR UPDATE`)
+      await locker.query(`SELECT 1 FROM "${t.schema}".jobs WHERE id = 'j1' FOR UPDATE`)
       const abort = new AbortController()
       const write = d.jobFinishMany({
         finishes: [{ id: 'j1', attempt: claimed!.attempt, status: 'succeeded', result: '1', error: null }],
@@ -108,14 +97,14 @@ describe.skipIf(skip !== undefined)('postgres: errors against the real server', 
       })
       // Abort once the write is waiting for the row lock.
       for (;;) {
-        const waiting = await admin.query(`SELECT 1 FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE '%unnest%'`)
+        const waiting = await t.admin.query(`SELECT 1 FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE '%unnest%'`)
         if (waiting.rowCount) break
       }
       abort.abort()
       await expect(write).rejects.toMatchObject({ dbCode: 'timeout', transient: true })
       // The cancelled statement is gone before the lock is released.
       for (;;) {
-        const waiting = await admin.query(`SELECT 1 FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE '%unnest%'`)
+        const waiting = await t.admin.query(`SELECT 1 FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE '%unnest%'`)
         if (!waiting.rowCount) break
       }
       await locker.query('COMMIT')

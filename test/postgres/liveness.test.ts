@@ -1,42 +1,30 @@
-import pg from 'pg'
-import { afterEach, beforeEach, describe, expect, it } from 'vitest'
+import { describe, expect, it } from 'vitest'
 import { CODE_INTERRUPTED, Runner } from 'jobtable'
 import { postgres, type PostgresOptions } from 'jobtable/postgres'
-import { PG_URL, postgresBackend, testSchema } from '../support/backends.js'
+import { PG_URL, postgresBackend } from '../support/backends.js'
 import { FaultyDriver } from '../support/faults.js'
 import { echoPayload } from '../support/harness.js'
 import { captureLogs } from '../support/logs.js'
+import { pgSchemaPerTest } from '../support/pg-schema.js'
 import { gate, track } from '../support/wait.js'
 import { eventually } from '../multiprocess/processes.js'
 
 const skip = postgresBackend().skip
 
 describe.skipIf(skip !== undefined)('postgres: runner liveness and crash recovery', () => {
-  let schema: string
-  let admin: pg.Pool
-  let opened: { close(): Promise<void> }[] = []
-  beforeEach(() => {
-    schema = testSchema()
-    admin = new pg.Pool({ connectionString: PG_URL, max: 3 })
-  })
-  afterEach(async () => {
-    for (const o of opened) await o.close().catch(() => undefined)
-    opened = []
-    await admin.query(`DROP SCHEMA IF EXISTS "${schema}" CASCADE`)
-    await admin.end()
-  })
+  const t = pgSchemaPerTest()
   const driver = (options: Partial<PostgresOptions> = {}) => {
-    const d = postgres({ connectionString: PG_URL, schema, ...options })
-    opened.push(d)
+    const d = postgres({ connectionString: PG_URL, schema: t.schema, ...options })
+    t.closeAfter(d)
     return d
   }
   const runner = (d: ReturnType<typeof driver> | FaultyDriver['driver'], logs = captureLogs()) => {
     const r = new Runner({ driver: d, workers: 2, logger: logs })
-    opened.push(r)
+    t.closeAfter(r)
     return r
   }
   const statusOf = async (id: string) =>
-    (await admin.query<{ status: string; error: string | null }>(`SELECT status, error FROM "${schema}".jobs WHERE id = $1`, [id])).rows[0]
+    (await t.admin.query<{ status: string; error: string | null }>(`SELECT status, error FROM "${t.schema}".jobs WHERE id = $1`, [id])).rows[0]
 
   it("a live runner's running job survives many sweeps by another runner while its short lease is renewed", async () => {
     const liveDriver = new FaultyDriver(driver({ leaseMs: 300 }))
@@ -70,7 +58,7 @@ describe.skipIf(skip !== undefined)('postgres: runner liveness and crash recover
     await d.jobClaim({ limit: 1, runnerId: 'live', now: 2 })
     // A runner that stopped and unregistered, leaving a job it could not finish.
     await d.jobClaim({ limit: 1, runnerId: 'ghost', now: 2 })
-    await admin.query(`UPDATE "${schema}".runners SET expires_at = 0 WHERE id = 'dead'`)
+    await t.admin.query(`UPDATE "${t.schema}".runners SET expires_at = 0 WHERE id = 'dead'`)
 
     const logs = captureLogs()
     const starting = runner(driver(), logs)
@@ -80,7 +68,7 @@ describe.skipIf(skip !== undefined)('postgres: runner liveness and crash recover
     expect(await statusOf('of-ghost')).toEqual({ status: 'failed', error: CODE_INTERRUPTED })
     expect(await statusOf('of-live')).toEqual({ status: 'running', error: null })
     expect(logs.lines).toContainEqual({ level: 'warn', fields: { count: 2 }, message: 'failed jobs interrupted by restart' })
-    const registered = await admin.query<{ id: string }>(`SELECT id FROM "${schema}".runners ORDER BY id`)
+    const registered = await t.admin.query<{ id: string }>(`SELECT id FROM "${t.schema}".runners ORDER BY id`)
     expect(registered.rows.map((r) => r.id).sort()).toEqual(['live', starting.id].sort())
   })
 
@@ -94,7 +82,7 @@ describe.skipIf(skip !== undefined)('postgres: runner liveness and crash recover
     const id = await kind.enqueue({ n: 1 })
     await done.starts(1)
     // The slow runner's lease lapses (as if it had stalled past it).
-    await admin.query(`UPDATE "${schema}".runners SET expires_at = 0 WHERE id = $1`, [slow.id])
+    await t.admin.query(`UPDATE "${t.schema}".runners SET expires_at = 0 WHERE id = $1`, [slow.id])
     const other = runner(driver())
     other.register('echo', { payload: echoPayload, handler: () => undefined })
     await other.start()
@@ -106,7 +94,7 @@ describe.skipIf(skip !== undefined)('postgres: runner liveness and crash recover
     expect(await statusOf(id)).toEqual({ status: 'failed', error: CODE_INTERRUPTED })
     expect(logs.lines.some((l) => l.fields.job_id === id && /not running under this claim/.test(l.message))).toBe(true)
     await eventually(async () => logs.lines.some((l) => /lease was lost/.test(l.message)), 50)
-    await eventually(async () => ((await admin.query(`SELECT 1 FROM "${schema}".runners WHERE id = $1`, [slow.id])).rowCount ?? 0) === 1, 50)
+    await eventually(async () => ((await t.admin.query(`SELECT 1 FROM "${t.schema}".runners WHERE id = $1`, [slow.id])).rowCount ?? 0) === 1, 50)
   })
 })
 
