@@ -137,15 +137,20 @@ export function insertSingle(db: Database.Database, n: number): number {
   return n / ((performance.now() - t0) / 1000)
 }
 
+/** The values of one INSERT_MANY: BATCH new jobs made at `now`. */
+function batchValues(now: number): unknown[] {
+  const values: unknown[] = []
+  for (let j = 0; j < BATCH; j++) values.push(newJobId(now), PAYLOAD, now, now)
+  return values
+}
+
 /** Inserts n jobs, 100 rows per INSERT statement; returns jobs/s. */
 export function insertBatched(db: Database.Database, n: number): number {
   const insert = db.prepare(INSERT_MANY)
   const t0 = performance.now()
   for (let i = 0; i < n; i += BATCH) {
     const now = Date.now()
-    const args: unknown[] = []
-    for (let j = 0; j < BATCH; j++) args.push(newJobId(now), PAYLOAD, now, now)
-    insert.run(...args)
+    insert.run(...batchValues(now))
   }
   return (Math.ceil(n / BATCH) * BATCH) / ((performance.now() - t0) / 1000)
 }
@@ -173,9 +178,7 @@ export function mixedBatched(db: Database.Database, n: number): number {
   const t0 = performance.now()
   for (let i = 0; i < n; i += BATCH) {
     const now = Date.now()
-    const args: unknown[] = []
-    for (let j = 0; j < BATCH; j++) args.push(newJobId(now), PAYLOAD, now, now)
-    insert.run(...args)
+    insert.run(...batchValues(now))
     const jobs = claim.all({ now }) as Claimed[]
     finish.run({ done: JSON.stringify(jobs.map((j) => j.id)), now })
   }
