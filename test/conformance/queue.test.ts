@@ -79,6 +79,33 @@ describeEachBackend('the table is the queue', (backend) => {
     expect(most).toBe(3)
   })
 
+  it('never holds more jobs running than it has workers while producers enqueue and final writes claim', async () => {
+    const workers = 3
+    const runner = h.runner({ workers })
+    let most = 0
+    const kind = runner.register('echo', {
+      payload: echoPayload,
+      handler: async () => {
+        // A job claimed for a worker that is not free yet would be running here with no handler.
+        const { jobs } = await runner.list({ status: 'running', limit: 1000 })
+        most = Math.max(most, jobs.length)
+        await new Promise((r) => setImmediate(r))
+      },
+    })
+    const done = track(runner)
+    await runner.start()
+    const ids: string[] = []
+    let next = 0
+    await Promise.all(
+      Array.from({ length: 4 }, async () => {
+        while (next < 300) ids.push(await kind.enqueue({ n: next++ }))
+      }),
+    )
+    await done.ends(ids)
+    expect(most).toBeGreaterThanOrEqual(2)
+    expect(most).toBeLessThanOrEqual(workers)
+  })
+
   it('runs a job enqueued before the process stopped once a new runner opens the store', async () => {
     const first = h.runner()
     const kind = first.register('echo', { payload: echoPayload, handler: () => 'ran' })
