@@ -40,6 +40,11 @@ export class Batcher<T> {
     })
   }
 
+  /** Whether items wait for a write or are being written. */
+  get busy(): boolean {
+    return this.#running
+  }
+
   /** Resolves when every item added so far has been written or refused. */
   idle(): Promise<void> {
     if (!this.#running) return Promise.resolve()

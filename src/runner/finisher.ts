@@ -7,8 +7,19 @@ import { Batcher } from './batcher.js'
 /** Where jobs claimed with a batch's final writes go. */
 export interface ClaimFor {
   readonly runnerId: string
-  /** Receives the jobs claimed for `freed` workers about to be freed (fewer jobs when the queue ran short). */
+  /**
+   * Called as a batch's claim is sent: how many idle workers no claimed job
+   * or other claim is meant for. The claim takes jobs for them too, so it
+   * answers every wake that came before it.
+   */
+  idle(): number
+  /**
+   * Receives the jobs claimed for `freed` workers about to be freed and for
+   * the idle ones (fewer jobs when the queue ran short).
+   */
   take(jobs: ClaimedJob[], freed: number): void
+  /** The claim failed: what it was to find is still to be claimed. */
+  missed(): void
 }
 
 interface Finishing {
@@ -36,6 +47,11 @@ export class Finisher {
   readonly #stopping: AbortSignal
   readonly #batcher: Batcher<Finishing>
   readonly #claimFor: ClaimFor
+  /** What the claim loop waits for: the next final write to land or fail (see nextClaim). */
+  #landing: Promise<void> | undefined
+  #landed: (() => void) | undefined
+  /** A failed write waits for its backoff: the claim loop claims meanwhile. */
+  #retrying = false
 
   constructor(driver: Driver, logger: Logger, clock: () => number, stopping: AbortSignal, claimFor: ClaimFor) {
     this.#driver = driver
@@ -54,6 +70,21 @@ export class Finisher {
   /** Resolves when every final write so far has landed or been given up. */
   idle(): Promise<void> {
     return this.#batcher.idle()
+  }
+
+  /**
+   * While final writes wait or are being written, resolves when the next
+   * one lands or fails, or when they run out; undefined otherwise, and
+   * while a failed write waits to be tried again. That write claims for
+   * every idle worker too, so the claim loop waits for it rather than
+   * claiming beside it: two claims at once would each take part of the
+   * same few new jobs, each a statement of its own.
+   */
+  nextClaim(): Promise<void> | undefined {
+    if (!this.#batcher.busy || this.#retrying || this.#stopping.aborted || this.#driver.jobFinishManyAndClaim === undefined) return undefined
+    this.#landing ??= new Promise<void>((resolve) => (this.#landed = resolve))
+    // Or when the writes run out: the last may have landed already.
+    return Promise.race([this.#landing, this.#batcher.idle()])
   }
 
   async #write(batch: Finishing[]): Promise<void> {
@@ -75,35 +106,40 @@ export class Finisher {
         }
         const delay = backoff.next()
         this.#logger.error({ jobs: batch.length, error: errorCode(err), retry_in_ms: delay }, 'record job outcome failed; retrying')
+        this.#retrying = true
         await sleep(delay, this.#stopping)
+        this.#retrying = false
       }
     }
   }
 
   /**
    * Writes a batch; where the driver can, claims in the same transaction
-   * the next jobs for the workers the batch frees (one transaction per
-   * batch instead of two: about a fifth more jobs per second on SQLite in
-   * bench/). Not once stopping: a stopping runner claims nothing.
+   * the next jobs for the workers the batch frees and for the idle ones
+   * (one transaction per batch instead of two: about a fifth more jobs per
+   * second on SQLite in bench/). Not once stopping: a stopping runner
+   * claims nothing.
    */
   async #finishAndClaim(batch: Finishing[]): Promise<boolean[]> {
-    const limit = batch.length
-    let signal: AbortSignal | undefined
-    const params = {
-      finishes: batch.map((b) => b.finish),
-      now: this.#clock(),
-      claim: { limit, runnerId: this.#claimFor.runnerId },
-      // The bound of this attempt, made only if the driver reads it: one
-      // that cannot cancel a statement (SQLite) never does, and each
-      // signal costs a timer.
-      get signal(): AbortSignal {
-        return (signal ??= finalWriteSignal())
-      },
+    const finishes = batch.map((b) => b.finish)
+    const now = this.#clock()
+    if (this.#driver.jobFinishManyAndClaim === undefined || this.#stopping.aborted) {
+      return this.#driver.jobFinishMany(withLazyBound({ finishes, now }))
     }
-    if (this.#driver.jobFinishManyAndClaim === undefined || this.#stopping.aborted) return this.#driver.jobFinishMany(params)
-    const { applied, claimed } = await this.#driver.jobFinishManyAndClaim(params)
-    this.#claimFor.take(claimed, limit)
-    return applied
+    const freed = batch.length
+    const claim = { limit: freed + this.#claimFor.idle(), runnerId: this.#claimFor.runnerId }
+    try {
+      const { applied, claimed } = await this.#driver.jobFinishManyAndClaim(withLazyBound({ finishes, now, claim }))
+      this.#claimFor.take(claimed, freed)
+      return applied
+    } catch (err) {
+      this.#claimFor.missed()
+      throw err
+    } finally {
+      const landed = this.#landed
+      this.#landing = this.#landed = undefined
+      landed?.()
+    }
   }
 
   async #writeRefused(batch: Finishing[], err: unknown): Promise<void> {
@@ -118,6 +154,16 @@ export class Finisher {
     }
     this.#logger.error({ ...fields(b), error: errorCode(err) }, 'record job failure refused by the database; it fails at the next start')
   }
+}
+
+/**
+ * Gives a write its bound: a signal that aborts after the final write
+ * timeout, made only if the driver reads it. One that cannot cancel a
+ * statement (SQLite) never does, and each signal costs a timer.
+ */
+function withLazyBound<T extends object>(params: T): T & { readonly signal: AbortSignal } {
+  let signal: AbortSignal | undefined
+  return Object.defineProperty(params, 'signal', { get: () => (signal ??= finalWriteSignal()), enumerable: true }) as T & { readonly signal: AbortSignal }
 }
 
 function fields(b: Finishing): object {

@@ -136,6 +136,8 @@ export class Runner<D extends Driver = Driver> {
   #prefetched: ClaimedJob[] = []
   /** How many workers about to be freed had a claim made for them with their final write, so need no claim of their own. */
   #lookedAfter = 0
+  /** How many idle workers the claim loop's claim in flight is for. */
+  #loopClaimFor = 0
   #fatal: unknown
   #stopped: Promise<void> | undefined
   #starting: Promise<void> | undefined
@@ -162,10 +164,17 @@ export class Runner<D extends Driver = Driver> {
     this.#clock = clock
     this.#finisher = new Finisher(driver, this.#logger, clock, this.#stopping.signal, {
       runnerId: this.id,
+      idle: () => {
+        const idle = Math.max(0, this.#idleWorkers - this.#prefetched.length - this.#loopClaimFor)
+        // This claim looks for work for every idle worker: the wakes so far are answered.
+        if (idle > 0) this.#kicked = false
+        return idle
+      },
       take: (jobs, freed) => {
         this.#prefetched.push(...jobs)
         this.#lookedAfter += freed
       },
+      missed: () => this.wake(),
     })
     this.#inserter = new Batcher((jobs) => this.#insertBatch(jobs))
     this.#liveness = new Liveness(driver, this.id, this.#logger, clock)
@@ -406,7 +415,9 @@ export class Runner<D extends Driver = Driver> {
   /**
    * Claims queued jobs for every idle worker in one statement and starts
    * them, then sleeps until a wake, a freed worker or a due retry. An idle
-   * runner makes no queries. A transient claim error is retried with
+   * runner makes no queries. While final writes are on their way, it leaves
+   * the claim to them: each claims for the workers it frees and for the
+   * idle ones (Finisher.nextClaim). A transient claim error is retried with
    * backoff, so a job queued during an outage runs when it clears without
    * a new wake; a permanent one stops the runner (see wait()).
    */
@@ -422,12 +433,20 @@ export class Runner<D extends Driver = Driver> {
         this.#kick = undefined
         continue
       }
+      const finishing = this.#finisher.nextClaim()
+      if (finishing !== undefined) {
+        // The final writes about to land claim for the idle workers too: start what they find, then look again.
+        await finishing
+        continue
+      }
       this.#kicked = false
       let jobs: ClaimedJob[]
+      this.#loopClaimFor = this.#idleWorkers
       try {
         jobs = await this.#driver.jobClaim({ limit: this.#idleWorkers, runnerId: this.id, now: this.#clock() })
         backoff.reset()
       } catch (err) {
+        this.#loopClaimFor = 0
         if (this.#stopping.signal.aborted) break
         const transient = isTransient(err)
         if (claimErrorChannel.hasSubscribers) claimErrorChannel.publish({ runnerId: this.id, error: errorCode(err), transient })
@@ -443,6 +462,7 @@ export class Runner<D extends Driver = Driver> {
         this.#kicked = true
         continue
       }
+      this.#loopClaimFor = 0
       // A stop that came during the claim: these jobs were never started.
       if (this.#stopping.signal.aborted) {
         await this.#release(jobs)

@@ -86,6 +86,24 @@ describeEachBackend('database faults', (backend) => {
     expect(starts).toBe(1)
   })
 
+  it('starts another job on an idle worker while a final write waits to be tried again', async () => {
+    const faulty = new FaultyDriver(h.store.driver())
+    const runner = h.runner({ driver: faulty.driver, workers: 2 })
+    const kind = runner.register('echo', { payload: echoPayload, handler: () => undefined })
+    const done = track(runner)
+    await runner.start()
+    const clear = faulty.failUntilCleared('jobFinishMany')
+    const first = await kind.enqueue({ n: 1 })
+    await done.starts(1)
+    // The first job's final write now fails and is retried with backoff; the second job needs the other worker.
+    const second = await kind.enqueue({ n: 2 })
+    await done.starts(2)
+    expect(done.started).toEqual([first, second])
+    clear()
+    await done.ends([first, second])
+    for (const id of [first, second]) expect((await runner.get(id)).status).toBe('succeeded')
+  })
+
   it('fails a job with internal_error when the database refuses its result for good', async () => {
     const faulty = new FaultyDriver(h.store.driver())
     const runner = h.runner({ driver: faulty.driver })
