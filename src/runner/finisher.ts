@@ -123,13 +123,30 @@ export class Finisher {
   async #finishAndClaim(batch: Finishing[]): Promise<boolean[]> {
     const finishes = batch.map((b) => b.finish)
     const now = this.#clock()
+    // The bound of this attempt, made only if the driver reads it: one that
+    // cannot cancel a statement (SQLite) never does, and each signal costs a timer.
+    let signal: AbortSignal | undefined
+    const bound = () => (signal ??= finalWriteSignal())
     if (this.#driver.jobFinishManyAndClaim === undefined || this.#stopping.aborted) {
-      return this.#driver.jobFinishMany(withLazyBound({ finishes, now }))
+      return this.#driver.jobFinishMany({
+        finishes,
+        now,
+        get signal() {
+          return bound()
+        },
+      })
     }
     const freed = batch.length
     const claim = { limit: freed + this.#claimFor.idle(), runnerId: this.#claimFor.runnerId }
     try {
-      const { applied, claimed } = await this.#driver.jobFinishManyAndClaim(withLazyBound({ finishes, now, claim }))
+      const { applied, claimed } = await this.#driver.jobFinishManyAndClaim({
+        finishes,
+        now,
+        claim,
+        get signal() {
+          return bound()
+        },
+      })
       this.#claimFor.take(claimed, freed)
       return applied
     } catch (err) {
@@ -154,16 +171,6 @@ export class Finisher {
     }
     this.#logger.error({ ...fields(b), error: errorCode(err) }, 'record job failure refused by the database; it fails at the next start')
   }
-}
-
-/**
- * Gives a write its bound: a signal that aborts after the final write
- * timeout, made only if the driver reads it. One that cannot cancel a
- * statement (SQLite) never does, and each signal costs a timer.
- */
-function withLazyBound<T extends object>(params: T): T & { readonly signal: AbortSignal } {
-  let signal: AbortSignal | undefined
-  return Object.defineProperty(params, 'signal', { get: () => (signal ??= finalWriteSignal()), enumerable: true }) as T & { readonly signal: AbortSignal }
 }
 
 function fields(b: Finishing): object {
