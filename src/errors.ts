@@ -131,16 +131,40 @@ export class SchemaVersionError extends JobtableError {
 }
 
 /**
+ * The mark every JobFailure carries, from whichever copy of jobtable made
+ * it: a registered symbol is the same in every copy and every realm.
+ */
+const JOB_FAILURE_BRAND = Symbol.for('jobtable.JobFailure')
+
+/**
  * Thrown by a handler to fail its job with a code the household may see.
  * The code must be one the kind declared at registration; any other code
  * fails the job with `internal_error`. It carries no message of its own:
  * only the code is ever stored.
+ *
+ * The code is a type argument, so a typo in it does not compile:
+ * `new JobFailure<'no_recipe_found'>('no_recipe_found')`, or
+ * `new JobFailure<Codes>(code)` with the kind's declared codes (a
+ * handler's `fail(code)` and a definition's `failure(code)` infer it).
+ *
+ * `thrown instanceof JobFailure` holds for a JobFailure made by another
+ * copy of jobtable too (a globally installed command loading a project's
+ * kinds module): it checks the brand, not the prototype. A subclass's
+ * `instanceof` keeps its ordinary prototype check.
  */
-export class JobFailure extends Error {
+export class JobFailure<const Code extends string = never> extends Error {
   readonly code: string
-  constructor(code: string) {
+  constructor(code: NoInfer<Code>) {
     super(`jobtable: failure ${code}`)
     this.code = code
     this.name = 'JobFailure'
   }
+
+  /** Whether value is a JobFailure of any copy of jobtable (or, for a subclass, an instance of that subclass). */
+  static override [Symbol.hasInstance]<T>(this: abstract new (...args: never) => T, value: unknown): value is T {
+    if ((this as unknown) !== JobFailure) return Function.prototype[Symbol.hasInstance].call(this, value)
+    return (typeof value === 'object' || typeof value === 'function') && value !== null && (value as { [JOB_FAILURE_BRAND]?: unknown })[JOB_FAILURE_BRAND] === true
+  }
 }
+// On the prototype, not enumerable: it shows in no JSON and no Object.keys of a failure.
+Object.defineProperty(JobFailure.prototype, JOB_FAILURE_BRAND, { value: true, enumerable: false, writable: false, configurable: false })

@@ -1,7 +1,7 @@
 import { describe, expectTypeOf, it } from 'vitest'
 import { z } from 'zod'
 import type Database from 'better-sqlite3'
-import { Runner, type Kind } from 'jobtable'
+import { JobFailure, Runner, type Kind } from 'jobtable'
 import { sqlite, type SqliteDriver } from 'jobtable/sqlite'
 
 // Type-level tests: `npm test` runs tsc over this file before vitest, so an
@@ -54,5 +54,37 @@ describe('types', () => {
     })
     expectTypeOf(k.enqueue).parameter(0).toEqualTypeOf<{ n: string }>()
     void runner.close()
+  })
+
+  it('a JobFailure names its code as a type argument, so a typo does not compile', () => {
+    type Codes = 'no_recipe_found' | 'provider_unavailable'
+    // @ts-expect-error without a type argument no code is accepted
+    const untyped = new JobFailure('typo')
+    // At run time nothing changed: a JavaScript caller passes no type argument.
+    expectTypeOf(untyped.code).toEqualTypeOf<string>()
+    if (untyped.code !== 'typo') throw new Error('the code is kept at run time')
+    new JobFailure<'no_recipe_found'>('no_recipe_found')
+    // @ts-expect-error not the code named by the type argument
+    new JobFailure<'no_recipe_found'>('no_recipe_fuond')
+    const fail = (code: Codes): never => {
+      throw new JobFailure<Codes>(code)
+    }
+    // @ts-expect-error not one of the codes
+    void (() => new JobFailure<Codes>('typo'))
+    const anyCode = (code: string) => new JobFailure<string>(code)
+    // @ts-expect-error a string variable needs the type argument too
+    void ((code: string) => new JobFailure(code))
+    expectTypeOf(anyCode('x')).toExtend<Error>()
+    // instanceof narrows to a JobFailure, and to a subclass for a subclass.
+    class ProviderDown extends JobFailure<'provider_unavailable'> {
+      readonly retryAfterS = 5
+      constructor() {
+        super('provider_unavailable')
+      }
+    }
+    const thrown: unknown = new ProviderDown()
+    if (thrown instanceof JobFailure) expectTypeOf(thrown.code).toEqualTypeOf<string>()
+    if (thrown instanceof ProviderDown) expectTypeOf(thrown.retryAfterS).toEqualTypeOf<number>()
+    void fail
   })
 })

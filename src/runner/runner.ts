@@ -517,7 +517,7 @@ export class Runner<D extends Driver = Driver> {
         if (!applied) throw new JobNotRunningError('publish result')
       },
       fail: (code) => {
-        throw new JobFailure(code)
+        throw new JobFailure<string>(code)
       },
       finalWriteSignal,
     }

@@ -16,7 +16,7 @@ describeEachBackend('failures never leak', (backend) => {
       payload: echoPayload,
       failures: ['no_recipe_found'],
       handler: () => {
-        throw new JobFailure('no_recipe_found')
+        throw new JobFailure<'no_recipe_found'>('no_recipe_found')
       },
     })
     const done = track(runner)
@@ -47,10 +47,10 @@ describeEachBackend('failures never leak', (backend) => {
         throw { message: marker, code: 'no_recipe_found' }
       },
       undeclared_failure: () => {
-        throw new JobFailure('not_declared')
+        throw new JobFailure<'not_declared'>('not_declared')
       },
       failure_subclass: () => {
-        throw Object.assign(new JobFailure('no_recipe_found'), { detail: marker })
+        throw Object.assign(new JobFailure<'no_recipe_found'>('no_recipe_found'), { detail: marker })
       },
       nullish: () => {
         throw null
