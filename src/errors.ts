@@ -50,7 +50,12 @@ export class UnknownKindError extends JobtableError {
 export interface PayloadIssue {
   /** Dotted path of the failing field; empty for the payload itself. */
   readonly path: string
-  /** What the schema expected, in the validator's words or jobtable's own. */
+  /**
+   * What is wrong there, in words that never quote the value: `expected
+   * <type>` (`expected string`, `expected <=5`) when the validator names
+   * what it expected in a short plain form, `unknown field`, `invalid
+   * value`, or jobtable's own (`payload is not JSON`).
+   */
   readonly message: string
 }
 

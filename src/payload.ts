@@ -98,7 +98,26 @@ function toIssues(issue: StandardSchemaV1.Issue): PayloadIssue[] {
   if (Array.isArray(keys) && keys.length > 0 && keys.every((k) => typeof k === 'string')) {
     return keys.map((key: string) => ({ path: [...path, key].join('.'), message: 'unknown field' }))
   }
-  return [{ path: path.join('.'), message: issue.message }]
+  return [{ path: path.join('.'), message: issueMessage(issue) }]
+}
+
+/** An `expected` safe to repeat: a type name or a bound, no quotes, no brackets beyond `<>`, at most 64 characters. */
+const PLAIN_EXPECTED = /^[A-Za-z0-9_ |<>=.,-]{1,64}$/
+
+/**
+ * What a PayloadIssue says of a validator's issue: never its message,
+ * since valibot's quote the value refused (`Invalid type: Expected string
+ * but received "..."`) and zod's may too, but `expected <type>` when the
+ * issue names what it expected in a short plain form (zod and valibot do
+ * on type and length issues: `expected string`, `expected <=5`), and
+ * `invalid value` otherwise. A key a valibot strict object refuses is an
+ * `unknown field`, as zod's are.
+ */
+function issueMessage(issue: StandardSchemaV1.Issue): string {
+  const { expected, type } = issue as { expected?: unknown; type?: unknown }
+  if (type === 'strict_object' && expected === 'never') return 'unknown field'
+  if (typeof expected === 'string' && PLAIN_EXPECTED.test(expected)) return `expected ${expected}`
+  return 'invalid value'
 }
 
 /** The dotted path of the first field of input that output dropped, if any. */
