@@ -36,15 +36,22 @@ export class NotificationListener {
     await this.#loop
   }
 
+  /** The signal that aborts at stop(). Only for tests, which count its listeners. */
+  get stopSignal(): AbortSignal {
+    return this.#stopping.signal
+  }
+
   async #run(): Promise<void> {
     const backoff = new Backoff()
     const stopping = this.#stopping.signal
     while (!stopping.aborted) {
       const client = new pg.Client(this.#config)
+      let onStop!: () => void
       const lost = new Promise<void>((resolve) => {
+        onStop = () => resolve()
         client.on('error', () => resolve())
         client.on('end', () => resolve())
-        stopping.addEventListener('abort', () => resolve(), { once: true })
+        stopping.addEventListener('abort', onStop, { once: true })
       })
       client.on('notification', (msg) => {
         if (msg.channel === this.#channel && msg.payload === this.#schema) this.#onNotify()
@@ -58,6 +65,9 @@ export class NotificationListener {
       } catch {
         // Refused or dropped: try again after the backoff.
       } finally {
+        // One connection's listener at a time: a long-lived listener that
+        // reconnects many times must not pile them up on the signal.
+        stopping.removeEventListener('abort', onStop)
         await client.end().catch(() => undefined)
       }
       if (!stopping.aborted) await sleep(backoff.next(), stopping)
