@@ -17,6 +17,7 @@ import { jobBody, parseJobId } from './job-body.js'
 import { openApiDocument } from './openapi.js'
 import { problem } from './problem.js'
 import { isLoopback } from './hosts.js'
+import { optionsObject } from '../options.js'
 
 /** Options of createApi. Each default is given beside its field. */
 export interface ApiOptions {
@@ -65,6 +66,16 @@ const ALLOW = {
 } as const
 
 const MIB = 1024 * 1024
+/** Every field of ApiOptions: any other key is refused, so a misspelled option is never silently ignored. */
+const API_OPTIONS = Object.keys({
+  runner: 1,
+  authorize: 1,
+  bodyLimitBytes: 1,
+  eventsPollMs: 1,
+  eventsHeartbeatMs: 1,
+  logger: 1,
+  allowedHosts: 1,
+} satisfies Record<keyof ApiOptions, 1>)
 const LIST_PARAMS: ReadonlySet<string> = new Set(['status', 'kind', 'limit', 'cursor'])
 const openApiText = JSON.stringify(openApiDocument)
 
@@ -73,11 +84,13 @@ const openApiText = JSON.stringify(openApiDocument)
  * Response out), which Node's http server (through @hono/node-server),
  * Hono, Next.js route handlers, and Express or Fastify through a fetch
  * adapter can mount. Routes are absolute (`/api/v1/...`): mount it where
- * the request URL keeps its full path.
+ * the request URL keeps its full path. An unknown option is refused
+ * (ConfigError, `invalid_config`).
  */
 export function createApi(options: ApiOptions): Api {
-  const { runner, authorize, bodyLimitBytes = MIB, eventsPollMs = 250, eventsHeartbeatMs = 15_000, logger } = options
-  const allowedHosts = options.allowedHosts ?? (authorize === undefined ? 'loopback' : 'any')
+  const given = optionsObject(options, API_OPTIONS, 'createApi')
+  const { runner, authorize, bodyLimitBytes = MIB, eventsPollMs = 250, eventsHeartbeatMs = 15_000, logger } = given
+  const allowedHosts = given.allowedHosts ?? (authorize === undefined ? 'loopback' : 'any')
   if (runner === null || typeof runner !== 'object' || typeof runner.get !== 'function') {
     throw new TypeError('jobtable/http: createApi needs { runner }')
   }

@@ -3,6 +3,7 @@ import type { AddressInfo } from 'node:net'
 import { getRequestListener } from '@hono/node-server'
 import type { Api } from './api.js'
 import { isLoopback } from './hosts.js'
+import { optionsObject } from '../options.js'
 
 export { isLoopback }
 
@@ -31,6 +32,19 @@ export interface ListenOptions {
    */
   readonly timeoutCheckMs?: number
 }
+
+/** Every field of ListenOptions: any other key is refused. */
+const LISTEN_OPTIONS = Object.keys({
+  host: 1,
+  port: 1,
+  authenticated: 1,
+  maxConnections: 1,
+  requestTimeoutMs: 1,
+  headersTimeoutMs: 1,
+  keepAliveTimeoutMs: 1,
+  idleTimeoutMs: 1,
+  timeoutCheckMs: 1,
+} satisfies Record<keyof ListenOptions, 1>)
 
 /** A listening server: its URL, and close() that ends event streams and waits for open requests. */
 export interface Listening {
@@ -61,7 +75,7 @@ export class UnsafeBindError extends Error {
  * arrive within `requestTimeoutMs`, its headers within `headersTimeoutMs`,
  * idle keep-alive connections close, and at most `maxConnections` are held.
  * Refuses (UnsafeBindError) to bind a non-loopback address unless the API
- * is authenticated.
+ * is authenticated, and an unknown option (ConfigError, `invalid_config`).
  */
 export async function listen(api: Api, options: ListenOptions = {}): Promise<Listening> {
   const {
@@ -74,7 +88,7 @@ export async function listen(api: Api, options: ListenOptions = {}): Promise<Lis
     keepAliveTimeoutMs = 5_000,
     idleTimeoutMs = 120_000,
     timeoutCheckMs = 1_000,
-  } = options
+  } = optionsObject(options, LISTEN_OPTIONS, 'listen')
   if (!authenticated && !isLoopback(host)) throw new UnsafeBindError(host)
   const server = createServer(
     {

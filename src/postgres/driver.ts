@@ -12,6 +12,7 @@ import type {
   NewJob,
 } from '../driver.js'
 import { ConfigError, DatabaseError, JobtableError } from '../errors.js'
+import { checkKeys } from '../options.js'
 import { NotificationListener } from './listener.js'
 import { migrateSchema } from './migrations.js'
 import { NOTIFY_CHANNEL, queries, type Queries } from './queries.js'
@@ -131,6 +132,7 @@ export class PostgresDriver implements Driver<PgQueryable, false> {
 
   constructor(options: PostgresOptions) {
     if (options === null || typeof options !== 'object') throw new ConfigError('postgres: options are required')
+    checkKeys(options, Object.keys({ pool: 1, connectionString: 1, schema: 1, listen: 1, pollIntervalMs: 1, leaseMs: 1, sweepIntervalMs: 1, preparedStatements: 1, statementTimeoutMs: 1 } satisfies Record<keyof PostgresOptions | 'statementTimeoutMs', 1>), 'postgres')
     const { pool, connectionString, schema = 'jobtable', listen = true, pollIntervalMs = 1_000, leaseMs = 30_000, preparedStatements = true } = options
     const { sweepIntervalMs = Math.max(1, Math.floor(leaseMs / 2)) } = options
     if ((pool === undefined) === (connectionString === undefined)) {

@@ -11,6 +11,7 @@ import type {
   NewJob,
 } from '../driver.js'
 import { ConfigError, DatabaseError } from '../errors.js'
+import { checkKeys } from '../options.js'
 import { migrate } from './migrations.js'
 import * as sql from './queries.js'
 import { RunnerLocks } from './runner-locks.js'
@@ -109,6 +110,7 @@ export class SqliteDriver implements Driver<Database.Database, true> {
 
   constructor(options: SqliteOptions) {
     if (options === null || typeof options !== 'object') throw new ConfigError('sqlite: options are required')
+    checkKeys(options, Object.keys({ path: 1, database: 1, synchronous: 1, busyTimeoutMs: 1, sweepIntervalMs: 1, pollIntervalMs: 1 } satisfies Record<keyof SqliteOptions, 1>), 'sqlite')
     const { path, database, synchronous, busyTimeoutMs = 20, sweepIntervalMs = 5_000, pollIntervalMs = 1_000 } = options
     if ((path === undefined) === (database === undefined)) {
       throw new ConfigError('sqlite: give either path (a database file) or database (a better-sqlite3 Database)')

@@ -1,0 +1,102 @@
+import { existsSync, mkdtempSync, rmSync } from 'node:fs'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
+import { afterEach, describe, expect, it } from 'vitest'
+import { ConfigError, JobtableError, Runner } from 'jobtable'
+import { createApi, listen, type Api } from 'jobtable/http'
+import { postgres } from 'jobtable/postgres'
+import { sqlite } from 'jobtable/sqlite'
+import { captureLogs } from '../support/logs.js'
+
+/** No server listens here: a refusal cannot have come from connecting, and constructing never connects. */
+const NOWHERE = 'postgres://nobody@127.0.0.1:1/none'
+
+/** The error fn throws (or the promise rejects with). */
+async function thrown(fn: () => unknown): Promise<unknown> {
+  try {
+    await fn()
+  } catch (err) {
+    return err
+  }
+  throw new Error('expected a throw')
+}
+
+/** Asserts err is jobtable's refusal of `key` with the given code, naming the key. */
+function expectRefusal(err: unknown, key: string, code: 'invalid_config' | 'invalid_argument'): void {
+  expect(err).toBeInstanceOf(JobtableError)
+  expect((err as JobtableError).code).toBe(code)
+  expect((err as Error).message).toContain(`unknown option ${JSON.stringify(key)}`)
+}
+
+describe('unknown options are refused, naming the key', () => {
+  let dir: string | undefined
+  const opened: { close(): unknown }[] = []
+  afterEach(async () => {
+    for (const o of opened.splice(0)) await o.close()
+    if (dir !== undefined) rmSync(dir, { recursive: true, force: true })
+    dir = undefined
+  })
+  const dbPath = () => join((dir ??= mkdtempSync(join(tmpdir(), 'jobtable-options-'))), 'jobs.db')
+
+  it('sqlite(): a misspelled key is a ConfigError, and the file is not created', async () => {
+    const path = dbPath()
+    const err = await thrown(() => sqlite({ path, pollIntervallMs: 5 } as never))
+    expectRefusal(err, 'pollIntervallMs', 'invalid_config')
+    expect(err).toBeInstanceOf(ConfigError)
+    expect((err as Error).message).toBe(
+      'jobtable: sqlite: unknown option "pollIntervallMs" (known: path, database, synchronous, busyTimeoutMs, sweepIntervalMs, pollIntervalMs)',
+    )
+    expectRefusal(await thrown(() => sqlite({ path, delayMs: 10 } as never)), 'delayMs', 'invalid_config')
+    // Refused before anything is opened: no file was made.
+    expect(existsSync(path)).toBe(false)
+  })
+
+  it('sqlite(): every known key is still accepted, on a real file', async () => {
+    const driver = sqlite({ path: dbPath(), synchronous: 'full', busyTimeoutMs: 5, sweepIntervalMs: 100, pollIntervalMs: 50 })
+    const runner = new Runner({ driver, logger: captureLogs() })
+    opened.push(runner)
+    const kind = runner.register('echo', { payload: { '~standard': { version: 1, vendor: 'test', validate: (value) => ({ value }) } }, handler: () => undefined })
+    const id = await kind.enqueue({ n: 1 })
+    expect((await runner.get(id)).status).toBe('queued')
+  })
+
+  it('postgres(): a misspelled key is a ConfigError (constructing connects to nothing)', async () => {
+    const err = await thrown(() => postgres({ connectionString: NOWHERE, leasMs: 1000 } as never))
+    expectRefusal(err, 'leasMs', 'invalid_config')
+    expect(err).toBeInstanceOf(ConfigError)
+    expect((err as Error).message).toMatch(/^jobtable: postgres: unknown option "leasMs" \(known: pool, connectionString, schema, listen, pollIntervalMs, leaseMs, sweepIntervalMs, preparedStatements, statementTimeoutMs\)$/)
+    expectRefusal(await thrown(() => postgres({ connectionString: NOWHERE, pollIntervallMs: 5 } as never)), 'pollIntervallMs', 'invalid_config')
+    // The known keys, statementTimeoutMs among them, construct a driver (closed without ever connecting).
+    const driver = postgres({ connectionString: NOWHERE, schema: 's', listen: false, pollIntervalMs: 5, leaseMs: 1000, sweepIntervalMs: 10, preparedStatements: false })
+    opened.push(driver)
+    opened.push(postgres({ connectionString: NOWHERE, statementTimeoutMs: 1000 } as never))
+  })
+
+  it('createApi(): a misspelled key is a ConfigError; known keys still work', async () => {
+    const driver = sqlite({ path: dbPath() })
+    const runner = new Runner({ driver, logger: captureLogs() })
+    opened.push(runner)
+    const err = await thrown(() => createApi({ runner, bodyLimitByte: 10 } as never))
+    expectRefusal(err, 'bodyLimitByte', 'invalid_config')
+    expect((err as Error).message).toBe(
+      'jobtable: createApi: unknown option "bodyLimitByte" (known: runner, authorize, bodyLimitBytes, eventsPollMs, eventsHeartbeatMs, logger, allowedHosts)',
+    )
+    expectRefusal(await thrown(() => createApi({ runner, allowedHost: ['example.com'] } as never)), 'allowedHost', 'invalid_config')
+    expect(await thrown(() => createApi(null as never))).toMatchObject({ code: 'invalid_config' })
+    const api = createApi({ runner, bodyLimitBytes: 10, eventsPollMs: 5, eventsHeartbeatMs: 10, allowedHosts: 'any' })
+    const response = await api.fetch(new Request('http://jobs.example/api/v1/jobs'))
+    expect(response.status).toBe(200)
+    api.close()
+  })
+
+  it('listen(): a misspelled key is a ConfigError and nothing listens; known keys still serve', async () => {
+    const api: Api = { fetch: async () => new Response('ok'), close: () => undefined }
+    const err = await thrown(() => listen(api, { port: 0, requestTimeout: 5 } as never))
+    expectRefusal(err, 'requestTimeout', 'invalid_config')
+    expect(err).toBeInstanceOf(ConfigError)
+    expect(await thrown(() => listen(api, 'port' as never))).toMatchObject({ code: 'invalid_config' })
+    const listening = await listen(api, { host: '127.0.0.1', port: 0, requestTimeoutMs: 5_000, headersTimeoutMs: 5_000, timeoutCheckMs: 1_000 })
+    opened.push(listening)
+    expect(await (await fetch(listening.url)).text()).toBe('ok')
+  })
+})
