@@ -23,11 +23,13 @@ export interface Driver<Tx = unknown, TxSync extends boolean = boolean> {
   /** Stores queued jobs through the caller's own transaction handle. */
   jobInsertTx(params: { tx: Tx; jobs: readonly NewJob[]; now: number }): TxSync extends true ? void : Promise<void>
   /**
-   * Marks up to `limit` of the oldest queued jobs (insertion order) running
-   * under a new claim by `runnerId`, and returns them oldest first. Each
-   * queued job is claimed by exactly one call, whatever runs concurrently.
+   * Marks up to `limit` of the oldest queued jobs (insertion order) whose
+   * kind is one of `kinds` running under a new claim by `runnerId`, and
+   * returns them oldest first. Each queued job is claimed by exactly one
+   * call, whatever runs concurrently. A job of another kind is never
+   * taken: it waits for a runner that has its handler.
    */
-  jobClaim(params: { limit: number; runnerId: string; now: number }): Promise<ClaimedJob[]>
+  jobClaim(params: ClaimParams & { now: number }): Promise<ClaimedJob[]>
   /** Replaces a running job's result; false when the job is not running under that claim. */
   jobPublish(params: { id: string; attempt: number; result: string; now: number }): Promise<boolean>
   /**
@@ -49,6 +51,24 @@ export interface Driver<Tx = unknown, TxSync extends boolean = boolean> {
    */
   jobRelease(params: { jobs: readonly { id: string; attempt: number }[]; now: number }): Promise<void>
   /**
+   * Puts back in the queue every job running under `runnerId` whose id is
+   * not in `keep`: the jobs a claim whose answer was lost (a dropped
+   * connection, a timeout) may have marked running for that runner. The
+   * runner calls it with every job it holds, while none of its claims is
+   * in flight, so no job a handler saw is queued again. Returns how many.
+   */
+  jobRequeueLost(params: { runnerId: string; keep: readonly string[]; now: number }): Promise<number>
+  /**
+   * The kinds of queued jobs that no live runner registered (see
+   * runnerRegister): work that nothing running now can do.
+   */
+  queueUnservedKinds(params: { now: number }): Promise<string[]>
+  /**
+   * Fails with `error` the queued jobs enqueued before `createdBefore`
+   * whose kind no live runner registered. Returns how many.
+   */
+  jobFailUnserved(params: { createdBefore: number; error: string; now: number }): Promise<number>
+  /**
    * Fails with `error` every running job whose runner is proven gone: one
    * whose liveness signal (see DriverCapabilities.liveness) is lost, or
    * that is not registered at all (it stopped, leaving a job it could not
@@ -57,10 +77,11 @@ export interface Driver<Tx = unknown, TxSync extends boolean = boolean> {
    */
   jobFailInterrupted(params: { runnerId: string; error: string; now: number }): Promise<number>
   /**
-   * Records `runnerId` as a live runner and takes up its liveness signal;
-   * called by a runner before it claims anything.
+   * Records `runnerId` as a live runner of `kinds` (those it has handlers
+   * for) and takes up its liveness signal; called by a runner before it
+   * claims anything. Registering again updates its kinds.
    */
-  runnerRegister(params: { runnerId: string; now: number }): Promise<void>
+  runnerRegister(params: { runnerId: string; kinds: readonly string[]; now: number }): Promise<void>
   /**
    * Renews a live runner's lease. False when the runner was no longer
    * registered (its lease expired and another runner failed its jobs): the
@@ -120,12 +141,20 @@ export interface LivenessCapability {
   readonly sweepMs: number
 }
 
+/** What a claim takes: how many jobs at most, for which runner, of which kinds. */
+export interface ClaimParams {
+  readonly limit: number
+  readonly runnerId: string
+  /** The kinds the runner has handlers for; never empty. */
+  readonly kinds: readonly string[]
+}
+
 /** What jobFinishManyAndClaim takes. */
 export interface FinishAndClaimParams {
   readonly finishes: readonly JobFinish[]
   readonly now: number
   readonly signal?: AbortSignal
-  readonly claim: { readonly limit: number; readonly runnerId: string }
+  readonly claim: ClaimParams
 }
 
 /** What jobFinishManyAndClaim returns: `applied` as jobFinishMany, `claimed` as jobClaim. */

@@ -10,7 +10,13 @@ export interface JobContext<R, Code extends string = string> {
   readonly id: string
   /** The job's kind. */
   readonly kind: string
-  /** Aborts when the runner stops. A handler that ends early because of it leaves its job to fail as interrupted at the next start. */
+  /**
+   * This job's own signal: it aborts when the runner stops (and, with the
+   * lifecycle features, when this job alone is cancelled or times out).
+   * A handler that ends early because of it leaves its job to fail as
+   * interrupted at the next start. It belongs to this job only, so what a
+   * handler attaches to it is released with the job.
+   */
   readonly signal: AbortSignal
   /**
    * Publishes a partial result, which `get()` returns while the job runs.
@@ -27,14 +33,23 @@ export interface JobContext<R, Code extends string = string> {
   finalWriteSignal(): AbortSignal
 }
 
-/** How one kind of job is handled; handed to `runner.register`. */
-export interface KindDefinition<S extends StandardSchemaV1, R, Code extends string> {
+/** Runs one job: its return value is the final result; throwing fails the job. */
+export type Handler<S extends StandardSchemaV1, R, Code extends string> = (
+  payload: StandardSchemaV1.InferOutput<S>,
+  ctx: JobContext<R, Code>,
+) => Promise<R> | R
+
+/**
+ * What a kind is, without the code that runs it: the part a producer (a
+ * web process that only enqueues) and a worker share, so it lives in a
+ * module both import. Handed to `defineKind`.
+ */
+export interface KindOptions<S extends StandardSchemaV1, R, Code extends string> {
   /** The payload's schema, any Standard Schema (zod, valibot, arktype). Use a strict object schema; unknown fields are refused either way. */
   readonly payload: S
-  /** Runs one job. Its return value is the final result; throwing fails the job. */
-  readonly handler: (payload: StandardSchemaV1.InferOutput<S>, ctx: JobContext<R, Code>) => Promise<R> | R
   /**
    * The public projection of a result: exactly what is stored and returned.
+   * Its parameter's type is the handler's return type, so annotate it.
    * Default: no public result (null), so a private field can never leak by
    * omission.
    */
@@ -45,31 +60,92 @@ export interface KindDefinition<S extends StandardSchemaV1, R, Code extends stri
   readonly enqueueOverHttp?: boolean
 }
 
+/** A kind's options with its handler: the one-step form `runner.register(name, { ..., handler })` takes. */
+export interface KindDefinition<S extends StandardSchemaV1, R, Code extends string> extends KindOptions<S, R, Code> {
+  /** Runs one job. Its return value is the final result; throwing fails the job. */
+  readonly handler: Handler<S, R, Code>
+}
+
+/**
+ * A kind defined once, shared by producers and workers: its name, payload
+ * schema, result projection and failure codes. Producers
+ * `runner.register(kind)` it to enqueue; workers
+ * `runner.register(kind, handler)` to run it. Types flow from it: the
+ * payload a handle enqueues, the handler's payload and result, the codes
+ * it may fail with.
+ */
+export interface KindDef<S extends StandardSchemaV1 = StandardSchemaV1, R = unknown, Code extends string = string> {
+  readonly name: string
+  readonly payload: S
+  readonly result: ((result: R) => unknown) | undefined
+  readonly failures: readonly Code[]
+  readonly enqueueOverHttp: boolean
+  /** A JobFailure with one of the declared codes, to throw from a handler or a function it calls. */
+  failure(code: Code): JobFailure<Code>
+}
+
+const DEFINITION_KEYS = ['payload', 'result', 'failures', 'enqueueOverHttp'] as const
+const REGISTER_KEYS = [...DEFINITION_KEYS, 'handler'] as const
+
+/**
+ * Defines a kind once, for producers and workers to share. Checks the
+ * definition now (a bad code or schema is a RegistrationError at import,
+ * not at the first job). Unknown keys are refused.
+ */
+export function defineKind<S extends StandardSchemaV1, R = unknown, const Code extends string = never>(
+  name: string,
+  options: KindOptions<S, R, Code>,
+): KindDef<S, R, Code> {
+  validateDefinition(name, options, DEFINITION_KEYS)
+  const failures = Object.freeze([...(options.failures ?? [])])
+  return Object.freeze({
+    name,
+    payload: options.payload,
+    result: options.result,
+    failures,
+    enqueueOverHttp: options.enqueueOverHttp === true,
+    failure: (code: Code) => new JobFailure<Code>(code),
+  })
+}
+
+/** Turns the one-step form's options (with a handler) into a definition and its handler. */
+export function splitDefinition(name: string, definition: KindDefinition<StandardSchemaV1, unknown, string>): [KindDef, Handler<StandardSchemaV1, unknown, string>] {
+  validateDefinition(name, definition, REGISTER_KEYS)
+  const { handler, ...options } = definition
+  return [defineKind(name, options), handler]
+}
+
 /** The outcome of running one job's handler: a public result, or a failure code and a loggable reason. */
 export type Outcome = { readonly result: string } | { readonly code: string; readonly reason: string }
 
-/** A registered kind, with its payload schema and the code that runs its jobs. */
+/**
+ * A kind known to a runner, with the code that runs its jobs when this
+ * runner is one of its workers (`handler` set); a producer knows kinds
+ * without handlers.
+ */
 export class RegisteredKind {
   readonly name: string
   readonly schema: StandardSchemaV1
   readonly enqueueOverHttp: boolean
-  readonly #definition: KindDefinition<StandardSchemaV1, unknown, string>
+  readonly handler: Handler<StandardSchemaV1, unknown, string> | undefined
+  readonly #definition: KindDef
   readonly #declared: ReadonlySet<string>
 
-  constructor(name: string, definition: KindDefinition<StandardSchemaV1, unknown, string>) {
-    validateDefinition(name, definition)
-    this.name = name
+  constructor(definition: KindDef, handler: Handler<StandardSchemaV1, unknown, string> | undefined) {
+    if (handler !== undefined && typeof handler !== 'function') throw new RegistrationError(definition.name, 'the handler must be a function')
+    this.name = definition.name
     this.schema = definition.payload
-    this.enqueueOverHttp = definition.enqueueOverHttp === true
+    this.enqueueOverHttp = definition.enqueueOverHttp
+    this.handler = handler
     this.#definition = definition
-    this.#declared = new Set(definition.failures ?? [])
+    this.#declared = new Set(definition.failures)
   }
 
   /** The failure a thrown value stands for: a declared code, or internal_error for anything else, even a value that throws when inspected. */
   #classify(thrown: unknown): Outcome {
     try {
       if (!(thrown instanceof JobFailure)) return { code: CODE_INTERNAL, reason: 'handler error' }
-      const code = thrown.code
+      const code: unknown = thrown.code
       if (typeof code !== 'string' || !this.#declared.has(code)) return { code: CODE_INTERNAL, reason: 'undeclared failure code' }
       return { code, reason: 'handler failure' }
     } catch {
@@ -88,6 +164,8 @@ export class RegisteredKind {
    * kept, not even to log.
    */
   async run(payloadText: string, ctx: JobContext<unknown>): Promise<Outcome> {
+    const handler = this.handler
+    if (handler === undefined) return { code: CODE_INTERNAL, reason: 'no handler in this runner' }
     // Awaited only when asynchronous: a synchronous schema or handler costs no extra turn per job.
     let payload: { value: unknown } | undefined
     try {
@@ -99,7 +177,7 @@ export class RegisteredKind {
     if (payload === undefined) return { code: CODE_INTERNAL, reason: 'payload does not fit the kind schema' }
     let result: unknown
     try {
-      result = this.#definition.handler(payload.value, ctx)
+      result = handler(payload.value, ctx)
       if (isThenable(result)) result = await result
     } catch (thrown) {
       return this.#classify(thrown)
@@ -112,17 +190,24 @@ export class RegisteredKind {
   }
 }
 
-function validateDefinition(name: string, def: KindDefinition<StandardSchemaV1, unknown, string> | undefined): void {
+function validateDefinition(name: string, def: object | undefined, keys: readonly string[]): void {
   if (typeof name !== 'string' || name === '') throw new RegistrationError(String(name ?? ''), 'empty kind')
   if (def === undefined || def === null || typeof def !== 'object') throw new RegistrationError(name, 'missing definition')
-  if (typeof def.handler !== 'function') throw new RegistrationError(name, 'missing handler')
-  if (typeof def.payload?.['~standard']?.validate !== 'function') {
+  for (const key of Object.keys(def)) {
+    if (!keys.includes(key)) throw new RegistrationError(name, `unknown option ${JSON.stringify(key)} (known: ${keys.join(', ')})`)
+  }
+  const d = def as Partial<KindDefinition<StandardSchemaV1, unknown, string>>
+  if (keys.includes('handler') && typeof d.handler !== 'function') throw new RegistrationError(name, 'missing handler')
+  if (typeof d.payload?.['~standard']?.validate !== 'function') {
     throw new RegistrationError(name, 'payload is not a Standard Schema (zod, valibot, arktype)')
   }
-  if (def.result !== undefined && typeof def.result !== 'function') {
+  if (d.result !== undefined && typeof d.result !== 'function') {
     throw new RegistrationError(name, 'result must be a function returning the public JSON value')
   }
-  const codes: unknown = def.failures ?? []
+  if (d.enqueueOverHttp !== undefined && typeof d.enqueueOverHttp !== 'boolean') {
+    throw new RegistrationError(name, 'enqueueOverHttp must be true or false')
+  }
+  const codes: unknown = d.failures ?? []
   if (!Array.isArray(codes)) throw new RegistrationError(name, 'failures must be an array of codes')
   for (const code of codes) {
     if (typeof code !== 'string' || !FAILURE_CODE_PATTERN.test(code)) {
@@ -134,4 +219,9 @@ function validateDefinition(name: string, def: KindDefinition<StandardSchemaV1, 
 
 function describe(v: unknown): string {
   return typeof v === 'string' ? JSON.stringify(v) : `of type ${typeof v}`
+}
+
+/** Whether `value` is a definition made by defineKind (and not the one-step form's name). */
+export function isKindDefinition(value: unknown): value is KindDef {
+  return typeof value === 'object' && value !== null && typeof (value as KindDef).failure === 'function' && typeof (value as KindDef).name === 'string'
 }

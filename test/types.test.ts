@@ -2,7 +2,7 @@ import { describe, expectTypeOf, it } from 'vitest'
 import { z } from 'zod'
 import type Database from 'better-sqlite3'
 import { JobFailure, Runner, type Kind } from 'jobtable'
-import { sqlite, type SqliteDriver } from 'jobtable/sqlite'
+import { sqlite, type SqliteDatabase, type SqliteDriver } from 'jobtable/sqlite'
 
 // Type-level tests: `npm test` runs tsc over this file before vitest, so an
 // expected type error that stops being one fails the run.
@@ -38,8 +38,9 @@ describe('types', () => {
       // @ts-expect-error another kind's payload
       await plan.enqueue({ url: 'https://example.com' })
     })
-    // On SQLite a transactional enqueue is synchronous and takes a better-sqlite3 Database.
-    expectTypeOf(plan.enqueueTx).parameter(0).toEqualTypeOf<Database.Database>()
+    // On SQLite a transactional enqueue is synchronous and takes a better-sqlite3 Database (typed by shape).
+    expectTypeOf(plan.enqueueTx).parameter(0).toEqualTypeOf<SqliteDatabase>()
+    expectTypeOf<Database.Database>().toExtend<SqliteDatabase>()
     expectTypeOf(plan.enqueueTx).returns.toEqualTypeOf<string>()
     void runner.close()
   })

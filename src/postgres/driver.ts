@@ -2,6 +2,7 @@ import { createHash } from 'node:crypto'
 import pg from 'pg'
 import type {
   ClaimedJob,
+  ClaimParams,
   Driver,
   DriverCapabilities,
   FinishAndClaimParams,
@@ -68,6 +69,14 @@ export interface PostgresOptions {
    * survive the transaction.
    */
   readonly preparedStatements?: boolean
+  /**
+   * The client-side bound on every statement jobtable sends (claims,
+   * publishes, heartbeats, sweeps, reads; final writes have their own 5 s
+   * bound): past it the statement is cancelled, its connection destroyed,
+   * and the operation fails as transient, so a half-open connection never
+   * holds a runner for TCP's two hours. Default 10000 ms.
+   */
+  readonly statementTimeoutMs?: number
 }
 
 /** A schema name jobtable accepts: a plain identifier, quoted in every statement. */
@@ -116,24 +125,18 @@ export class PostgresDriver implements Driver<PgQueryable, false> {
   readonly #pollIntervalMs: number
   readonly #leaseMs: number
   readonly #prepared: boolean
+  readonly #statementTimeoutMs: number
   #migrated: Promise<void> | undefined
   readonly #wakers = new Set<() => void>()
   #poll: NodeJS.Timeout | undefined
   #listener: NotificationListener | undefined
-  /** Every job handed to a runner by jobClaim and not yet seen finished, with its runner. */
-  readonly #handed = new Map<string, string>()
-  /** Runners whose last claim failed: its answer may be lost although it committed. */
-  readonly #claimInDoubt = new Set<string>()
-  /** Claims under way, which a requeue of lost claims waits for. */
-  readonly #claiming = new Set<Promise<unknown>>()
-  /** The requeue of lost claims under way, which every new claim waits for. */
-  #requeueing: Promise<void> | undefined
   #closed = false
 
   constructor(options: PostgresOptions) {
     if (options === null || typeof options !== 'object') throw new ConfigError('postgres: options are required')
     checkKeys(options, Object.keys({ pool: 1, connectionString: 1, schema: 1, listen: 1, pollIntervalMs: 1, leaseMs: 1, sweepIntervalMs: 1, preparedStatements: 1, statementTimeoutMs: 1 } satisfies Record<keyof PostgresOptions | 'statementTimeoutMs', 1>), 'postgres')
     const { pool, connectionString, schema = 'jobtable', listen = true, pollIntervalMs = 1_000, leaseMs = 30_000, preparedStatements = true } = options
+    const { statementTimeoutMs = 10_000 } = options
     const { sweepIntervalMs = Math.max(1, Math.floor(leaseMs / 2)) } = options
     if ((pool === undefined) === (connectionString === undefined)) {
       throw new ConfigError('postgres: give either pool (a pg Pool) or connectionString')
@@ -147,7 +150,7 @@ export class PostgresDriver implements Driver<PgQueryable, false> {
     }
     if (typeof listen !== 'boolean') throw new ConfigError('postgres: listen must be true or false')
     if (typeof preparedStatements !== 'boolean') throw new ConfigError('postgres: preparedStatements must be true or false')
-    for (const [name, value] of Object.entries({ pollIntervalMs, leaseMs, sweepIntervalMs })) {
+    for (const [name, value] of Object.entries({ pollIntervalMs, leaseMs, sweepIntervalMs, statementTimeoutMs })) {
       if (!Number.isInteger(value) || value < 1) throw new ConfigError(`postgres: ${name} must be an integer >= 1`)
     }
     if (leaseMs < 3) throw new ConfigError('postgres: leaseMs must be at least 3')
@@ -158,6 +161,7 @@ export class PostgresDriver implements Driver<PgQueryable, false> {
     this.#pollIntervalMs = pollIntervalMs
     this.#leaseMs = leaseMs
     this.#prepared = preparedStatements
+    this.#statementTimeoutMs = statementTimeoutMs
     this.capabilities = { txSync: false, liveness: { heartbeatMs: Math.floor(leaseMs / 3), sweepMs: sweepIntervalMs } }
     this.#ownsPool = pool === undefined
     this.#pool = pool ?? new pg.Pool({ connectionString, connectionTimeoutMillis: 5_000, keepAlive: true })
@@ -211,99 +215,32 @@ export class PostgresDriver implements Driver<PgQueryable, false> {
     }
   }
 
-  async jobClaim({ limit, runnerId, now }: { limit: number; runnerId: string; now: number }): Promise<ClaimedJob[]> {
-    return this.#claimSafely(runnerId, now, async () => {
-      let rows: ClaimedRow[]
-      try {
-        rows = (await this.#query<ClaimedRow>('claim jobs', this.#q.claimJobs, [limit, runnerId, now])).rows
-      } catch (err) {
-        this.#claimInDoubt.add(runnerId)
-        throw err
-      }
-      return this.#handOut(rows, runnerId)
-    })
+  async jobClaim({ limit, runnerId, kinds, now }: ClaimParams & { now: number }): Promise<ClaimedJob[]> {
+    return toClaimed((await this.#query<ClaimedRow>('claim jobs', this.#q.claimJobs, [limit, runnerId, now, kinds])).rows)
   }
 
-  /**
-   * Final writes and the next claim in one statement (see
-   * queries.finishAndClaimJobs). A failure leaves the claim in doubt, as
-   * jobClaim's does: it may have committed with its answer lost.
-   */
-  async jobFinishManyAndClaim(params: FinishAndClaimParams): Promise<FinishAndClaimResult> {
-    return this.#claimSafely(params.claim.runnerId, params.now, () => this.#finishAndClaim(params))
-  }
-
-  async #finishAndClaim({ finishes, now, signal, claim }: FinishAndClaimParams): Promise<FinishAndClaimResult> {
-    let rows: (ClaimedRow & { part: 'f' | 'c' })[]
-    try {
-      const values = [...finishValues(finishes, now), claim.limit, claim.runnerId]
-      rows = (await this.#query<(typeof rows)[number]>('finish and claim jobs', this.#q.finishAndClaimJobs, values, signal)).rows
-    } catch (err) {
-      this.#claimInDoubt.add(claim.runnerId)
-      throw err
-    }
+  /** Final writes and the next claim in one statement (see queries.finishAndClaimJobs). */
+  async jobFinishManyAndClaim({ finishes, now, signal, claim }: FinishAndClaimParams): Promise<FinishAndClaimResult> {
+    const values = [...finishValues(finishes, now), claim.limit, claim.runnerId, claim.kinds]
+    const rows = (await this.#query<ClaimedRow & { part: 'f' | 'c' }>('finish and claim jobs', this.#q.finishAndClaimJobs, values, signal)).rows
     const changed = new Set(rows.filter((r) => r.part === 'f').map((r) => r.id))
-    for (const f of finishes) this.#handed.delete(f.id)
-    return {
-      applied: finishes.map((f) => changed.has(f.id)),
-      claimed: this.#handOut(
-        rows.filter((r) => r.part === 'c'),
-        claim.runnerId,
-      ),
-    }
+    return { applied: finishes.map((f) => changed.has(f.id)), claimed: toClaimed(rows.filter((r) => r.part === 'c')) }
   }
 
-  /**
-   * Before a runner's next claim after one that failed, puts back the jobs
-   * that failed claim may have marked running for it (see
-   * queries.requeueLostClaims); no handler ever saw them.
-   */
-  async #requeueLostClaims(runnerId: string, now: number): Promise<void> {
-    // Claims still in flight hand out jobs when they answer: wait for them,
-    // or the requeue would put back a job one of them is about to hand out.
-    await Promise.allSettled([...this.#claiming])
-    if (!this.#claimInDoubt.has(runnerId)) return
-    const handed = [...this.#handed].filter(([, runner]) => runner === runnerId).map(([id]) => id)
-    await this.#query('requeue lost claims', this.#q.requeueLostClaims, [runnerId, handed, now])
-    this.#claimInDoubt.delete(runnerId)
+  async jobRequeueLost({ runnerId, keep, now }: { runnerId: string; keep: readonly string[]; now: number }): Promise<number> {
+    return (await this.#query('requeue lost claims', this.#q.requeueLostClaims, [runnerId, keep, now])).rowCount ?? 0
   }
 
-  /**
-   * Runs a claim for `runnerId`. When an earlier claim failed in doubt,
-   * first requeues what it may have taken, with no other claim in flight
-   * meanwhile: the runner's claim loop and its final writes both claim, and
-   * a requeue racing a claim could put back, and so hand out twice, a job
-   * that claim had just taken.
-   */
-  async #claimSafely<T>(runnerId: string, now: number, claim: () => Promise<T>): Promise<T> {
-    while (this.#claimInDoubt.has(runnerId) || this.#requeueing !== undefined) {
-      this.#requeueing ??= this.#requeueLostClaims(runnerId, now).finally(() => {
-        this.#requeueing = undefined
-      })
-      await this.#requeueing
-    }
-    const claiming = claim()
-    this.#claiming.add(claiming)
-    try {
-      return await claiming
-    } finally {
-      this.#claiming.delete(claiming)
-    }
+  async queueUnservedKinds(_params: { now: number }): Promise<string[]> {
+    return (await this.#query<{ kind: string }>('read unserved kinds', this.#q.unservedKinds, [])).rows.map((r) => r.kind)
   }
 
-  /** Records claimed rows as handed to `runnerId` and returns them as jobs, oldest first. */
-  #handOut(rows: readonly ClaimedRow[], runnerId: string): ClaimedJob[] {
-    for (const row of rows) this.#handed.set(row.id, runnerId)
-    // RETURNING gives no order; workers start oldest first.
-    return rows
-      .map((r) => ({ seq: Number(r.seq), id: r.id, kind: r.kind, payload: r.payload, attempt: r.attempt }))
-      .sort((a, b) => a.seq - b.seq)
-      .map(({ seq: _seq, ...job }) => job)
+  async jobFailUnserved({ createdBefore, error, now }: { createdBefore: number; error: string; now: number }): Promise<number> {
+    return (await this.#query('fail unserved jobs', this.#q.failUnserved, [createdBefore, error, now])).rowCount ?? 0
   }
 
   async jobRelease({ jobs, now }: { jobs: readonly { id: string; attempt: number }[]; now: number }): Promise<void> {
     await this.#query('release jobs', this.#q.releaseJobs, [jobs.map((j) => j.id), jobs.map((j) => j.attempt), now])
-    for (const job of jobs) this.#handed.delete(job.id)
   }
 
   async jobPublish({ id, attempt, result, now }: { id: string; attempt: number; result: string; now: number }): Promise<boolean> {
@@ -314,8 +251,6 @@ export class PostgresDriver implements Driver<PgQueryable, false> {
   async jobFinishMany({ finishes, now, signal }: { finishes: readonly JobFinish[]; now: number; signal?: AbortSignal }): Promise<boolean[]> {
     const res = await this.#query<{ id: string }>('finish jobs', this.#q.finishJobs, finishValues(finishes, now), signal)
     const changed = new Set(res.rows.map((r) => r.id))
-    // Applied or refused by the fence, the job is no longer this driver's to requeue.
-    for (const f of finishes) this.#handed.delete(f.id)
     return finishes.map((f) => changed.has(f.id))
   }
 
@@ -323,8 +258,8 @@ export class PostgresDriver implements Driver<PgQueryable, false> {
     return (await this.#query('fail interrupted jobs', this.#q.failInterrupted, [runnerId, error, now])).rowCount ?? 0
   }
 
-  async runnerRegister({ runnerId, now }: { runnerId: string; now: number }): Promise<void> {
-    await this.#query('register runner', this.#q.registerRunner, [runnerId, now, this.#leaseMs])
+  async runnerRegister({ runnerId, kinds, now }: { runnerId: string; kinds: readonly string[]; now: number }): Promise<void> {
+    await this.#query('register runner', this.#q.registerRunner, [runnerId, now, this.#leaseMs, kinds])
   }
 
   async runnerHeartbeat({ runnerId, now }: { runnerId: string; now: number }): Promise<boolean> {
@@ -333,8 +268,6 @@ export class PostgresDriver implements Driver<PgQueryable, false> {
 
   async runnerUnregister({ runnerId }: { runnerId: string }): Promise<void> {
     await this.#query('unregister runner', this.#q.deleteRunner, [runnerId])
-    for (const [id, runner] of this.#handed) if (runner === runnerId) this.#handed.delete(id)
-    this.#claimInDoubt.delete(runnerId)
   }
 
   async jobGet({ id, scope }: { id: string; scope?: string | null }): Promise<JobRow | undefined> {
@@ -420,10 +353,10 @@ export class PostgresDriver implements Driver<PgQueryable, false> {
 
   /**
    * Runs one statement on a pooled connection after the migrations,
-   * mapping any failure to DatabaseError. When `signal` aborts first, the
-   * attempt fails with a transient `timeout` and its connection is
-   * destroyed, so the statement ends with it rather than holding a pooled
-   * connection.
+   * mapping any failure to DatabaseError. When `signal` (default: a bound
+   * of statementTimeoutMs) aborts first, the attempt fails with a
+   * transient `timeout`, the statement is cancelled and its connection
+   * destroyed, so it ends rather than holding a pooled connection.
    */
   async #query<R extends object = Record<string, unknown>>(
     operation: string,
@@ -432,6 +365,7 @@ export class PostgresDriver implements Driver<PgQueryable, false> {
     signal?: AbortSignal,
   ): Promise<pg.QueryResult<R>> {
     let client: pg.PoolClient | undefined
+    signal ??= AbortSignal.timeout(this.#statementTimeoutMs)
     try {
       await abortable(this.migrate(), signal)
       client = await abortable(this.#pool.connect(), signal, (late) => late.release())
@@ -485,6 +419,14 @@ interface ClaimedRow {
   readonly kind: string
   readonly payload: string
   readonly attempt: number
+}
+
+/** Claimed rows as jobs, oldest first: RETURNING gives no order. */
+function toClaimed(rows: readonly ClaimedRow[]): ClaimedJob[] {
+  return rows
+    .map((r) => ({ seq: Number(r.seq), id: r.id, kind: r.kind, payload: r.payload, attempt: r.attempt }))
+    .sort((a, b) => a.seq - b.seq)
+    .map(({ seq: _seq, ...job }) => job)
 }
 
 function finishValues(finishes: readonly JobFinish[], now: number): unknown[] {

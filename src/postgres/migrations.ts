@@ -81,6 +81,15 @@ export const MIGRATIONS: readonly Migration[] = [
       );
     `,
   },
+  {
+    version: 4,
+    sql: (s) => `
+      -- The kinds each live runner has handlers for: a runner claims only
+      -- its own kinds, and a queued job whose kind no live runner has waits
+      -- instead of failing (unknown_kind only after a grace).
+      ALTER TABLE ${s}.runners ADD COLUMN kinds text[] NOT NULL DEFAULT '{}';
+    `,
+  },
 ]
 
 /** The schema version this jobtable writes. */

@@ -55,7 +55,8 @@ export function queries(s: string) {
      */
     claimJobs: `
       WITH next AS (
-        SELECT seq FROM ${s}.jobs WHERE status = 'queued' ORDER BY seq LIMIT $1 FOR UPDATE SKIP LOCKED
+        SELECT seq FROM ${s}.jobs WHERE status = 'queued' AND kind = ANY($4::text[])
+         ORDER BY seq LIMIT $1 FOR UPDATE SKIP LOCKED
       )
       UPDATE ${s}.jobs AS j
          SET status = 'running', attempt = j.attempt + 1, runner_id = $2, started_at = $3, updated_at = $3
@@ -65,9 +66,9 @@ export function queries(s: string) {
     /**
      * Puts back the jobs a claim marked running for a runner whose claim
      * answer was lost with its connection (the statement may have
-     * committed). `$2` lists every job the driver did hand to that runner
-     * and has not seen finished: any other job running under its id never
-     * reached a handler, so queuing it again starts no handler twice.
+     * committed). `$2` lists every job the runner holds: any other job
+     * running under its id never reached a handler, so queuing it again
+     * starts no handler twice.
      */
     requeueLostClaims: `
       UPDATE ${s}.jobs SET status = 'queued', runner_id = NULL, started_at = NULL, updated_at = $3
@@ -114,7 +115,8 @@ export function queries(s: string) {
          WHERE j.id = f.id AND j.status = 'running' AND j.attempt = f.attempt
         RETURNING j.id
       ), next AS (
-        SELECT seq FROM ${s}.jobs WHERE status = 'queued' ORDER BY seq LIMIT $7 FOR UPDATE SKIP LOCKED
+        SELECT seq FROM ${s}.jobs WHERE status = 'queued' AND kind = ANY($9::text[])
+         ORDER BY seq LIMIT $7 FOR UPDATE SKIP LOCKED
       ), claimed AS (
         UPDATE ${s}.jobs AS j
            SET status = 'running', attempt = j.attempt + 1, runner_id = $8, started_at = $6, updated_at = $6
@@ -142,10 +144,26 @@ export function queries(s: string) {
               OR j.runner_id IN (SELECT id FROM gone)
               OR NOT EXISTS (SELECT 1 FROM ${s}.runners r WHERE r.id = j.runner_id))`,
 
-    /** Records a live runner with a lease of $3 ms on the database's clock. */
+    /** Records a live runner of the kinds $4 with a lease of $3 ms on the database's clock. */
     registerRunner: `
-      INSERT INTO ${s}.runners (id, started_at, heartbeat_at, expires_at) VALUES ($1, $2, $2, ${dbNowMs} + $3)
-      ON CONFLICT (id) DO UPDATE SET heartbeat_at = $2, expires_at = ${dbNowMs} + $3`,
+      INSERT INTO ${s}.runners (id, started_at, heartbeat_at, expires_at, kinds) VALUES ($1, $2, $2, ${dbNowMs} + $3, $4::text[])
+      ON CONFLICT (id) DO UPDATE SET heartbeat_at = $2, expires_at = ${dbNowMs} + $3, kinds = $4::text[]`,
+
+    /**
+     * The kinds of queued jobs that no runner with a live lease has. It
+     * reads every queued row: maintenance runs it at most once a minute by
+     * default.
+     */
+    unservedKinds: `
+      SELECT DISTINCT j.kind FROM ${s}.jobs j
+       WHERE j.status = 'queued'
+         AND NOT EXISTS (SELECT 1 FROM ${s}.runners r WHERE r.expires_at >= ${dbNowMs} AND j.kind = ANY(r.kinds))`,
+
+    /** Fails the queued jobs enqueued before $1 whose kind no runner with a live lease has. */
+    failUnserved: `
+      UPDATE ${s}.jobs j SET status = 'failed', error = $2, finished_at = $3, updated_at = $3
+       WHERE j.status = 'queued' AND j.created_at < $1
+         AND NOT EXISTS (SELECT 1 FROM ${s}.runners r WHERE r.expires_at >= ${dbNowMs} AND j.kind = ANY(r.kinds))`,
 
     /** Renews a lease; no row means the lease lapsed and the runner was forgotten. */
     heartbeatRunner: `UPDATE ${s}.runners SET heartbeat_at = $2, expires_at = ${dbNowMs} + $3 WHERE id = $1`,

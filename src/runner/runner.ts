@@ -1,42 +1,22 @@
 import { randomUUID } from 'node:crypto'
-import diagnostics from 'node:diagnostics_channel'
 import type { StandardSchemaV1 } from '@standard-schema/spec'
-import type { ClaimedJob, Driver, JobRow, NewJob } from '../driver.js'
-import {
-  ConfigError,
-  InvalidArgumentError,
-  InvalidCursorError,
-  JobFailure,
-  JobNotFoundError,
-  JobNotRunningError,
-  RegistrationError,
-  RunnerStateError,
-  UnknownKindError,
-} from '../errors.js'
-import {
-  CODE_INTERNAL,
-  CODE_UNKNOWN_KIND,
-  JOB_STATUSES,
-  finalWriteSignal,
-  type Job,
-  type JobStatus,
-  type JsonValue,
-} from '../job.js'
-import { type JobContext, type KindDefinition, RegisteredKind } from '../kind.js'
+import type { Driver, JobRow } from '../driver.js'
+import { ConfigError, InvalidArgumentError, InvalidCursorError, JobNotFoundError, RegistrationError, RunnerStateError, UnknownKindError } from '../errors.js'
+import { JOB_STATUSES, type Job, type JobStatus, type JsonValue } from '../job.js'
+import { type Handler, isKindDefinition, type KindDef, type KindDefinition, RegisteredKind, splitDefinition } from '../kind.js'
 import { defaultLogger, type Logger } from '../logger.js'
-import { newJobId } from '../id.js'
-import { encodePayload, encodePayloadSync } from '../payload.js'
-import { Backoff, errorCode, isTransient, sleep } from './backoff.js'
-import { Batcher, type ItemErrors } from './batcher.js'
-import { Finisher } from './finisher.js'
-import { Liveness } from './liveness.js'
+import { optionsObject } from '../options.js'
+import { errorCode } from './backoff.js'
+import { ClaimGate } from './claim-gate.js'
+import { type EnqueueOptions, Enqueuer, type Kind } from './enqueue.js'
+import { Liveness, retryTransient } from './liveness.js'
+import { Maintenance } from './maintenance/index.js'
+import { Producer } from './producer.js'
 
-/** The handle of a user's own transaction for a driver `D`. */
-export type TxOf<D> = D extends Driver<infer Tx, boolean> ? Tx : never
-/** What a transactional enqueue returns on driver `D`: the value itself where the driver writes synchronously. */
-export type TxResult<D, T> = D extends Driver<unknown, true> ? T : Promise<T>
+export type { EnqueueOptions, Kind, TxOf, TxResult } from './enqueue.js'
+export { claimErrorChannel, jobEndChannel, jobStartChannel } from './producer.js'
 
-/** Options of a Runner. Each default is given beside its field. */
+/** Options of a Runner. Each default is given beside its field; unknown keys are refused (ConfigError). */
 export interface RunnerOptions<D extends Driver> {
   /** The database: `sqlite({ path })` from `jobtable/sqlite`. Required. */
   readonly driver: D
@@ -46,16 +26,36 @@ export interface RunnerOptions<D extends Driver> {
   readonly logger?: Logger
   /** The current time in milliseconds, passed to every query. Default Date.now; tests replace it. */
   readonly clock?: () => number
+  /**
+   * How long `stop()` waits for running handlers (and their final writes)
+   * before it resolves without them; their jobs stay running for the next
+   * start, or another runner's sweep, to fail as interrupted. Default
+   * 20000 ms: inside the 30 s a container orchestrator gives before it
+   * kills. `stop({ timeoutMs })` overrides it.
+   */
+  readonly stopTimeoutMs?: number
+  /**
+   * How long a queued job whose kind no live runner handles waits before
+   * this runner's maintenance fails it with `unknown_kind`. Until then it
+   * stays queued (a rolling deploy: the workers with the new kind are on
+   * their way) and the runner warns once per kind. Default 3600000 ms
+   * (one hour), long enough for a slow deploy.
+   */
+  readonly unknownKindGraceMs?: number
+  /**
+   * Called once when the runner stops by itself because claiming failed
+   * with a database error that can never succeed (the same error `wait()`
+   * rejects with). It is also logged at error. Default: none.
+   */
+  readonly onFatal?: (error: unknown) => void
 }
 
-/** Options of one enqueue. */
-export interface EnqueueOptions {
-  /**
-   * The owner scope of the job (a household, a tenant): the HTTP API lets
-   * a caller read, list and stream only jobs of its own scope. Default:
-   * none (null).
-   */
-  readonly scope?: string
+const RUNNER_KEYS = ['driver', 'workers', 'logger', 'clock', 'stopTimeoutMs', 'unknownKindGraceMs', 'onFatal'] as const
+
+/** Options of `runner.stop`. */
+export interface StopOptions {
+  /** How long to wait for running handlers; default the runner's `stopTimeoutMs`. */
+  readonly timeoutMs?: number
 }
 
 /** Options of `runner.list`. */
@@ -70,27 +70,12 @@ export interface ListOptions {
   readonly cursor?: string
 }
 
+const LIST_KEYS = ['scope', 'status', 'kind', 'limit', 'cursor'] as const
+
 /** A page of jobs, newest first; `nextCursor` is null on the last page. */
 export interface JobPage {
   readonly jobs: Job[]
   readonly nextCursor: string | null
-}
-
-/** Enqueues jobs of one registered kind; `In` is its payload schema's input type. */
-export interface Kind<In, D extends Driver = Driver> {
-  readonly name: string
-  /** Stores a queued job and wakes an idle worker; resolves to its id once it is durable. */
-  enqueue(payload: In, options?: EnqueueOptions): Promise<string>
-  /** Stores many queued jobs in one transaction; resolves to their ids in order. */
-  enqueueMany(payloads: readonly In[], options?: EnqueueOptions): Promise<string[]>
-  /**
-   * Stores a queued job through the caller's own transaction, so it exists
-   * exactly when what else that transaction writes does. Call `wake()` once
-   * the transaction has committed so an idle worker takes it at once.
-   */
-  enqueueTx(tx: TxOf<D>, payload: In, options?: EnqueueOptions): TxResult<D, string>
-  /** Tells an idle worker to look for a job, as enqueue does itself. */
-  wake(): void
 }
 
 /** Messages published on diagnostics channels; none carries a payload, a result or an error's text. */
@@ -99,20 +84,21 @@ export interface JobEvent {
   readonly jobId: string
   readonly kind: string
 }
-/** Published when a handler starts: `{ runnerId, jobId, kind }`. */
-export const jobStartChannel = diagnostics.channel('jobtable:job:start')
-/** Published when a job's final write has landed or been given up: `{ runnerId, jobId, kind, status, error }`. */
-export const jobEndChannel = diagnostics.channel('jobtable:job:end')
-/** Published when a claim fails: `{ runnerId, error, transient }`. */
-export const claimErrorChannel = diagnostics.channel('jobtable:claim:error')
 
 type State = 'new' | 'started' | 'stopping' | 'stopped'
 
 /**
- * Owns the job kinds and a fixed pool of workers that claim queued jobs
- * oldest first and run them. Register every kind, then `start()`; `stop()`
- * aborts every handler's signal, waits for the workers and their final
- * writes; `close()` also closes the driver. `await using` closes it.
+ * Knows the job kinds, enqueues and reads jobs, and, once started, runs
+ * the jobs of the kinds it has handlers for on a fixed pool of workers.
+ *
+ * A producer (a web process that only enqueues) registers kind
+ * definitions without handlers and never starts; a worker registers them
+ * with handlers and starts. Several runners on one database each claim
+ * only their own kinds, so processes of different versions share it.
+ * `stop()` aborts every job's signal and waits, up to its timeout, for the
+ * handlers and their final writes; `close()` also closes the driver;
+ * `await using` closes it. A started runner keeps its process alive until
+ * it has stopped.
  */
 export class Runner<D extends Driver = Driver> {
   /** This runner's per-boot identity, recorded on each job it claims. */
@@ -121,32 +107,27 @@ export class Runner<D extends Driver = Driver> {
   readonly #logger: Logger
   readonly #workers: number
   readonly #clock: () => number
+  readonly #stopTimeoutMs: number
+  readonly #unknownKindGraceMs: number
+  readonly #onFatal: ((error: unknown) => void) | undefined
   readonly #kinds = new Map<string, RegisteredKind>()
-  readonly #stopping = new AbortController()
-  readonly #finisher: Finisher
-  readonly #inserter: Batcher<NewJob>
+  readonly #enqueuer: Enqueuer
+  readonly #gate: ClaimGate
+  #producer: Producer | undefined
+  #liveness: Liveness | undefined
+  #maintenance: Maintenance | undefined
   #state: State = 'new'
-  #idleWorkers: number
-  /** Set when a claim may find work: a wake, a worker freed, a retry due. */
-  #kicked = true
-  #kick: (() => void) | undefined
-  #loop: Promise<void> | undefined
-  readonly #running = new Set<Promise<void>>()
-  /** Jobs claimed together with final writes, for the workers those writes free; started before any new claim. */
-  #prefetched: ClaimedJob[] = []
-  /** How many workers about to be freed had a claim made for them with their final write, so need no claim of their own. */
-  #lookedAfter = 0
-  /** How many idle workers the claim loop's claim in flight is for. */
-  #loopClaimFor = 0
   #fatal: unknown
-  #stopped: Promise<void> | undefined
   #starting: Promise<void> | undefined
-  readonly #liveness: Liveness
+  #stopped: Promise<void> | undefined
   #unwake: (() => void) | undefined
+  /** Holds the process open while the runner is started: every other timer of the runner is unref'd. */
+  #keepAlive: NodeJS.Timeout | undefined
 
   constructor(options: RunnerOptions<D>) {
     if (options === null || typeof options !== 'object') throw new ConfigError('options are required')
-    const { driver, workers = 10, logger, clock = Date.now } = options
+    optionsObject(options, RUNNER_KEYS, 'Runner options')
+    const { driver, workers = 10, logger, clock = Date.now, stopTimeoutMs = 20_000, unknownKindGraceMs = 3_600_000, onFatal } = options
     if (driver === null || typeof driver !== 'object' || typeof driver.jobClaim !== 'function') {
       throw new ConfigError('a driver is required, e.g. sqlite({ path }) from jobtable/sqlite')
     }
@@ -157,27 +138,18 @@ export class Runner<D extends Driver = Driver> {
       throw new ConfigError('logger must have debug, info, warn and error methods (pino does)')
     }
     if (typeof clock !== 'function') throw new ConfigError('clock must be a function returning milliseconds')
+    checkMs('stopTimeoutMs', stopTimeoutMs)
+    checkMs('unknownKindGraceMs', unknownKindGraceMs)
+    if (onFatal !== undefined && typeof onFatal !== 'function') throw new ConfigError('onFatal must be a function')
     this.#driver = driver
     this.#workers = workers
-    this.#idleWorkers = workers
     this.#logger = logger ?? defaultLogger()
     this.#clock = clock
-    this.#finisher = new Finisher(driver, this.#logger, clock, this.#stopping.signal, {
-      runnerId: this.id,
-      idle: () => {
-        const idle = Math.max(0, this.#idleWorkers - this.#prefetched.length - this.#loopClaimFor)
-        // This claim looks for work for every idle worker: the wakes so far are answered.
-        if (idle > 0) this.#kicked = false
-        return idle
-      },
-      take: (jobs, freed) => {
-        this.#prefetched.push(...jobs)
-        this.#lookedAfter += freed
-      },
-      missed: () => this.wake(),
-    })
-    this.#inserter = new Batcher((jobs) => this.#insertBatch(jobs))
-    this.#liveness = new Liveness(driver, this.id, this.#logger, clock)
+    this.#stopTimeoutMs = stopTimeoutMs
+    this.#unknownKindGraceMs = unknownKindGraceMs
+    this.#onFatal = onFatal
+    this.#gate = new ClaimGate(driver, this.id, clock)
+    this.#enqueuer = new Enqueuer(driver, clock, () => this.wake())
   }
 
   /** The driver this runner uses. */
@@ -186,89 +158,182 @@ export class Runner<D extends Driver = Driver> {
   }
 
   /**
-   * Makes `definition` the handler of `kind` and returns the typed handle
-   * that enqueues its jobs. One registration per kind, before start.
+   * Makes a kind known to this runner and returns the typed handle that
+   * enqueues its jobs. With a handler, this runner is one of the kind's
+   * workers: once started, it claims and runs its jobs. Without one (a
+   * producer), it only enqueues, validates and reads them. The one-step
+   * form `register(name, { payload, handler, ... })` defines and handles
+   * at once. One registration per kind, before start.
    */
+  register<S extends StandardSchemaV1, R, Code extends string>(
+    kind: KindDef<S, R, Code>,
+    handler?: Handler<S, R, Code>,
+  ): Kind<StandardSchemaV1.InferInput<S>, D>
   register<S extends StandardSchemaV1, R, const Code extends string = never>(
     kind: string,
     definition: KindDefinition<S, R, Code>,
-  ): Kind<StandardSchemaV1.InferInput<S>, D> {
-    const registered = new RegisteredKind(kind, definition as unknown as KindDefinition<StandardSchemaV1, unknown, string>)
-    if (this.#state !== 'new') throw new RunnerStateError(`register ${JSON.stringify(kind)}: the runner has already started`)
-    if (this.#kinds.has(kind)) throw new RegistrationError(kind, 'kind already registered')
-    this.#kinds.set(kind, registered)
-    return this.#handle(registered)
+  ): Kind<StandardSchemaV1.InferInput<S>, D>
+  register(kind: string | KindDef, definitionOrHandler?: unknown): Kind<unknown, D> {
+    let registered: RegisteredKind
+    if (isKindDefinition(kind)) {
+      registered = new RegisteredKind(kind, definitionOrHandler as Handler<StandardSchemaV1, unknown, string> | undefined)
+    } else {
+      const [definition, handler] = splitDefinition(kind, definitionOrHandler as KindDefinition<StandardSchemaV1, unknown, string>)
+      registered = new RegisteredKind(definition, handler)
+    }
+    const name = registered.name
+    if (this.#state !== 'new') throw new RunnerStateError(`register ${JSON.stringify(name)}: the runner has already started`)
+    if (this.#kinds.has(name)) throw new RegistrationError(name, 'kind already registered')
+    this.#kinds.set(name, registered)
+    return this.#enqueuer.handle(registered)
   }
 
   /**
    * Stores a queued job of a kind known only at run time, with its payload
-   * as parsed JSON. Rejects with UnknownKindError or InvalidPayloadError,
-   * storing nothing.
+   * as parsed JSON. The kind must be registered here, with or without a
+   * handler: rejects with UnknownKindError or InvalidPayloadError, storing
+   * nothing.
    */
   async enqueue(kind: string, payload: unknown, options?: EnqueueOptions): Promise<string> {
     const registered = this.#kinds.get(kind)
     if (registered === undefined) throw new UnknownKindError(kind)
-    const scope = scopeOf(options)
-    return this.#insert(kind, await encodePayload(kind, registered.schema, payload), scope)
+    return this.#enqueuer.enqueue(registered, payload, options)
   }
 
-  /** What a registered kind allows, or undefined for a kind not registered here. */
-  kind(name: string): { readonly name: string; readonly enqueueOverHttp: boolean } | undefined {
+  /** What a known kind allows, or undefined for a kind not registered here. */
+  kind(name: string): { readonly name: string; readonly enqueueOverHttp: boolean; readonly handled: boolean } | undefined {
     const registered = this.#kinds.get(name)
-    return registered && { name, enqueueOverHttp: registered.enqueueOverHttp }
+    return registered && { name, enqueueOverHttp: registered.enqueueOverHttp, handled: registered.handler !== undefined }
   }
 
   /** Tells an idle worker to look for a queued job: call it after committing a transactional enqueue. */
   wake(): void {
-    this.#kicked = true
-    this.#kick?.()
+    this.#producer?.wake()
   }
 
   /**
-   * Registers this runner as live, fails with `interrupted by restart`
-   * every job left running by a runner the driver proves gone (a previous
-   * process, never a live one beside it), logging how many, then starts
-   * the workers. A second start is refused.
+   * Registers this runner as live with the kinds it has handlers for,
+   * fails with `interrupted by restart` every job left running by a
+   * runner the driver proves gone (a previous process, never a live one
+   * beside it), logging how many, then starts the workers and the
+   * maintenance. A second start is refused.
    */
   async start(): Promise<void> {
     if (this.#state !== 'new') throw new RunnerStateError('the runner has already started')
     this.#state = 'started'
+    this.#keepAlive = setInterval(() => undefined, 2 ** 31 - 1)
     this.#starting = this.#begin()
     return this.#starting
   }
 
   async #begin(): Promise<void> {
+    const handled = new Map([...this.#kinds].filter(([, k]) => k.handler !== undefined))
+    const liveness = new Liveness(this.#driver, this.id, [...handled.keys()], this.#logger, this.#clock)
+    const maintenance = new Maintenance({
+      driver: this.#driver,
+      runnerId: this.id,
+      gate: this.#gate,
+      unknownKindGraceMs: this.#unknownKindGraceMs,
+      logger: this.#logger,
+      clock: this.#clock,
+    })
     try {
-      // Registers this runner and fails only the jobs of runners proven gone (logged with their count).
-      await this.#liveness.start()
+      await liveness.start()
+      try {
+        // Fails only the jobs of runners proven gone (logged with their count).
+        await retryTransient(() => maintenance.sweepNow())
+      } catch (err) {
+        await liveness.stop()
+        throw err
+      }
     } catch (err) {
-      if (!this.#stopping.signal.aborted) this.#state = 'new' // nothing ran: start may be tried again
+      if (this.#state === 'started') {
+        // Nothing ran: start may be tried again.
+        this.#state = 'new'
+        clearInterval(this.#keepAlive)
+      }
       throw err
     }
+    this.#liveness = liveness
+    this.#maintenance = maintenance
     // A stop() that came while starting waits for this, then undoes the registration: start nothing.
-    if (this.#stopping.signal.aborted) return
+    if (this.#state !== 'started') return
+    this.#producer = new Producer({
+      driver: this.#driver,
+      runnerId: this.id,
+      workers: this.#workers,
+      kinds: handled,
+      gate: this.#gate,
+      logger: this.#logger,
+      clock: this.#clock,
+      onFatal: (err) => this.#fail(err),
+    })
+    maintenance.start()
     this.#unwake = this.#driver.onWake?.(() => this.wake())
-    this.#loop = this.#claimLoop()
+    this.#producer.start()
+  }
+
+  /** A claim failed with an error that can never succeed: stop, loudly. */
+  #fail(err: unknown): void {
+    this.#fatal = err
+    this.#logger.error({ error: errorCode(err) }, 'claim jobs failed with an error that cannot succeed; the runner stops')
+    try {
+      this.#onFatal?.(err)
+    } catch {
+      // The application's callback failing must not keep the runner from stopping.
+    }
+    void this.stop()
   }
 
   /**
-   * Stops the workers: aborts every handler's signal, stops claiming, and
-   * resolves once every worker has stopped and its final write has landed
-   * or been given up. Idempotent.
+   * Stops the runner: stops claiming, aborts every job's signal, puts back
+   * the claimed jobs no handler has seen, and resolves once every handler
+   * has ended and its final write has landed or been given up, or once
+   * `timeoutMs` (default the runner's `stopTimeoutMs`) has passed. Then it
+   * logs how many handlers were still running: their jobs stay running
+   * for the next start, or another runner's sweep, to fail as interrupted,
+   * and nothing they end with is recorded. Idempotent: a second call
+   * returns the first call's promise.
    */
-  stop(): Promise<void> {
-    this.#stopped ??= this.#stop()
+  stop(options?: StopOptions): Promise<void> {
+    const { timeoutMs = this.#stopTimeoutMs } = optionsObject(options, ['timeoutMs'], 'stop', 'argument')
+    if (!Number.isInteger(timeoutMs) || timeoutMs < 0) throw new InvalidArgumentError('stop: timeoutMs must be an integer >= 0')
+    this.#stopped ??= this.#stop(timeoutMs)
     return this.#stopped
   }
 
+  async #stop(timeoutMs: number): Promise<void> {
+    if (this.#state === 'new') {
+      this.#state = 'stopped'
+      return
+    }
+    this.#state = 'stopping'
+    await this.#starting?.catch(() => undefined)
+    const abandoned = (await this.#producer?.stop(timeoutMs)) ?? 0
+    if (abandoned > 0) {
+      this.#logger.warn({ running: abandoned, timeout_ms: timeoutMs }, 'stop timed out with handlers still running; their jobs fail as interrupted at the next start')
+    }
+    this.#unwake?.()
+    await this.#maintenance?.stop()
+    await this.#liveness?.stop()
+    clearInterval(this.#keepAlive)
+    this.#state = 'stopped'
+  }
+
   /**
-   * Resolves when the workers have stopped; rejects with the database error
-   * when they stopped because claiming failed with an error that can never
-   * succeed.
+   * Resolves when the runner has stopped (at once for one never started);
+   * rejects with the database error when it stopped because claiming
+   * failed with an error that can never succeed.
    */
   async wait(): Promise<void> {
-    await this.#loop
-    await Promise.all(this.#running)
+    if (this.#state !== 'new') {
+      await this.#starting
+      await new Promise<void>((resolve) => {
+        const check = () => (this.#stopped === undefined ? setImmediate(check) : resolve())
+        check()
+      })
+    }
+    await this.#stopped
     if (this.#fatal !== undefined) throw this.#fatal
   }
 
@@ -287,15 +352,16 @@ export class Runner<D extends Driver = Driver> {
    * with JobNotFoundError. With `scope` given, a job of another scope is
    * not found either, exactly as a missing one.
    */
-  async get(id: string, options: { scope?: string | null } = {}): Promise<Job> {
-    const row = typeof id === 'string' ? await this.#driver.jobGet({ id, scope: options.scope }) : undefined
+  async get(id: string, options?: { scope?: string | null }): Promise<Job> {
+    const { scope } = optionsObject(options, ['scope'], 'get', 'argument')
+    const row = typeof id === 'string' ? await this.#driver.jobGet({ id, scope }) : undefined
     if (row === undefined) throw new JobNotFoundError()
     return toJob(row)
   }
 
   /** Returns a page of jobs, newest first; rejects with InvalidCursorError for a cursor it did not make. */
-  async list(options: ListOptions = {}): Promise<JobPage> {
-    const { scope, status, kind, limit = 50, cursor } = options
+  async list(options?: ListOptions): Promise<JobPage> {
+    const { scope, status, kind, limit = 50, cursor } = optionsObject(options, LIST_KEYS, 'list', 'argument')
     if (!Number.isInteger(limit) || limit < 1 || limit > 1000) throw new InvalidArgumentError('limit must be an integer from 1 to 1000')
     if (status !== undefined && !JOB_STATUSES.includes(status)) throw new InvalidArgumentError('status must be one of ' + JOB_STATUSES.join(', '))
     const beforeId = cursor === undefined ? undefined : decodeCursor(cursor)
@@ -304,245 +370,10 @@ export class Runner<D extends Driver = Driver> {
     const last = page[page.length - 1]
     return { jobs: page.map(toJob), nextCursor: rows.length > limit && last ? encodeCursor(last.id) : null }
   }
+}
 
-  #handle<In>(registered: RegisteredKind): Kind<In, D> {
-    const { name, schema } = registered
-    const driver = this.#driver
-    return {
-      name,
-      enqueue: async (payload, options) => {
-        const scope = scopeOf(options)
-        return this.#insert(name, await encodePayload(name, schema, payload), scope)
-      },
-      enqueueMany: async (payloads, options) => {
-        const scope = scopeOf(options)
-        // Awaited only where the schema validates asynchronously: a sync one costs no promise per payload.
-        const encoded: (string | Promise<string>)[] = []
-        try {
-          for (const p of payloads) encoded.push(encodePayload(name, schema, p))
-        } catch (err) {
-          // Refused before the asynchronous checks already started were awaited: their refusals are not news.
-          for (const e of encoded) if (typeof e !== 'string') e.catch(() => undefined)
-          throw err
-        }
-        const texts = encoded.every((e) => typeof e === 'string') ? encoded : await Promise.all(encoded)
-        const jobs = texts.map((payload) => ({ id: newJobId(), kind: name, scope, payload }))
-        await this.#driver.jobInsertMany({ jobs, now: this.#clock() })
-        this.wake()
-        return jobs.map((j) => j.id)
-      },
-      enqueueTx: ((tx: TxOf<D>, payload: In, options?: EnqueueOptions) => {
-        const scope = scopeOf(options)
-        if (driver.capabilities.txSync) {
-          const job = { id: newJobId(), kind: name, scope, payload: encodePayloadSync(name, schema, payload) }
-          driver.jobInsertTx({ tx, jobs: [job], now: this.#clock() })
-          return job.id
-        }
-        return (async () => {
-          const job = { id: newJobId(), kind: name, scope, payload: await encodePayload(name, schema, payload) }
-          await driver.jobInsertTx({ tx, jobs: [job], now: this.#clock() })
-          return job.id
-        })()
-      }) as Kind<In, D>['enqueueTx'],
-      wake: () => this.wake(),
-    }
-  }
-
-  async #insert(kind: string, payload: string, scope: string | null): Promise<string> {
-    const id = newJobId()
-    await this.#inserter.add({ id, kind, payload, scope })
-    this.wake()
-    return id
-  }
-
-  /**
-   * Writes the enqueues of one turn in one transaction. A permanent error
-   * may belong to a single job, so the batch is then written job by job:
-   * each caller gets its own answer, not a neighbour's refusal.
-   */
-  async #insertBatch(jobs: NewJob[]): Promise<ItemErrors> {
-    try {
-      await this.#driver.jobInsertMany({ jobs, now: this.#clock() })
-      return
-    } catch (err) {
-      if (jobs.length === 1 || isTransient(err)) throw err
-    }
-    const errors: unknown[] = []
-    for (const job of jobs) {
-      errors.push(await this.#driver.jobInsertMany({ jobs: [job], now: this.#clock() }).then(() => undefined, (err: unknown) => err))
-    }
-    return errors
-  }
-
-  async #stop(): Promise<void> {
-    if (this.#state === 'new') {
-      this.#state = 'stopped'
-      return
-    }
-    this.#state = 'stopping'
-    this.#stopping.abort()
-    this.#kick?.()
-    await this.#starting?.catch(() => undefined)
-    await this.#loop
-    // Jobs claimed with the last final writes are not started with a
-    // signal already aborted: they go back to the queue, for the next start.
-    for (;;) {
-      await this.#release(this.#prefetched.splice(0))
-      if (this.#running.size === 0) break
-      await Promise.all(this.#running)
-    }
-    await this.#finisher.idle()
-    await this.#release(this.#prefetched.splice(0))
-    this.#unwake?.()
-    await this.#liveness.stop()
-    this.#state = 'stopped'
-  }
-
-  /**
-   * Puts claimed jobs that no handler has seen back in the queue (a write
-   * fenced on their claim). Should it fail, they stay running under this
-   * runner, and the next start fails them as interrupted.
-   */
-  async #release(jobs: ClaimedJob[]): Promise<void> {
-    if (jobs.length === 0) return
-    try {
-      await this.#driver.jobRelease({ jobs: jobs.map(({ id, attempt }) => ({ id, attempt })), now: this.#clock() })
-    } catch (err) {
-      this.#logger.error({ jobs: jobs.length, error: errorCode(err) }, 'release unstarted jobs failed; they fail at the next start')
-    }
-  }
-
-  /**
-   * Claims queued jobs for every idle worker in one statement and starts
-   * them, then sleeps until a wake, a freed worker or a due retry. An idle
-   * runner makes no queries. While final writes are on their way, it leaves
-   * the claim to them: each claims for the workers it frees and for the
-   * idle ones (Finisher.nextClaim). A transient claim error is retried with
-   * backoff, so a job queued during an outage runs when it clears without
-   * a new wake; a permanent one stops the runner (see wait()).
-   */
-  async #claimLoop(): Promise<void> {
-    const backoff = new Backoff()
-    while (!this.#stopping.signal.aborted) {
-      if (this.#prefetched.length > 0 && this.#idleWorkers > 0) {
-        for (const job of this.#prefetched.splice(0, this.#idleWorkers)) this.#start(job)
-        continue
-      }
-      if (!this.#kicked || this.#idleWorkers === 0) {
-        await new Promise<void>((resolve) => (this.#kick = resolve))
-        this.#kick = undefined
-        continue
-      }
-      const finishing = this.#finisher.nextClaim()
-      if (finishing !== undefined) {
-        // The final writes about to land claim for the idle workers too: start what they find, then look again.
-        await finishing
-        continue
-      }
-      this.#kicked = false
-      let jobs: ClaimedJob[]
-      this.#loopClaimFor = this.#idleWorkers
-      try {
-        jobs = await this.#driver.jobClaim({ limit: this.#idleWorkers, runnerId: this.id, now: this.#clock() })
-        backoff.reset()
-      } catch (err) {
-        this.#loopClaimFor = 0
-        if (this.#stopping.signal.aborted) break
-        const transient = isTransient(err)
-        if (claimErrorChannel.hasSubscribers) claimErrorChannel.publish({ runnerId: this.id, error: errorCode(err), transient })
-        if (!transient) {
-          this.#logger.error({ error: errorCode(err) }, 'claim jobs failed with an error that cannot succeed; the runner stops')
-          this.#fatal = err
-          void this.stop()
-          break
-        }
-        const delay = backoff.next()
-        this.#logger.error({ error: errorCode(err), retry_in_ms: delay }, 'claim jobs failed; retrying')
-        await sleep(delay, this.#stopping.signal)
-        this.#kicked = true
-        continue
-      }
-      this.#loopClaimFor = 0
-      // A stop that came during the claim: these jobs were never started.
-      if (this.#stopping.signal.aborted) {
-        await this.#release(jobs)
-        break
-      }
-      for (const job of jobs) this.#start(job)
-    }
-  }
-
-  /** Starts a claimed job on an idle worker; when it ends, the worker looks for work again. */
-  #start(job: ClaimedJob): void {
-    this.#idleWorkers--
-    const run = this.#run(job)
-      .catch(() => {
-        // #run handles every outcome itself; reaching here is a jobtable bug, and its text may quote job data.
-        this.#logger.error({ job_id: job.id, kind: job.kind, code: CODE_INTERNAL }, 'unexpected error running a job')
-        return this.#finish(job, null, CODE_INTERNAL)
-      })
-      .finally(() => {
-        this.#running.delete(run)
-        this.#idleWorkers++
-        if (this.#lookedAfter > 0) {
-          // A claim was made with this job's final write: start what it found, claim nothing new.
-          this.#lookedAfter--
-          this.#kick?.()
-        } else {
-          this.wake()
-        }
-      })
-    this.#running.add(run)
-  }
-
-  /** Runs one claimed job to completion and makes its final write. */
-  async #run(job: ClaimedJob): Promise<void> {
-    const fields = { job_id: job.id, kind: job.kind }
-    const kind = this.#kinds.get(job.kind)
-    if (jobStartChannel.hasSubscribers) jobStartChannel.publish({ runnerId: this.id, jobId: job.id, kind: job.kind })
-    if (kind === undefined) {
-      this.#logger.error({ ...fields, code: CODE_UNKNOWN_KIND }, 'job failed: no handler is registered for its kind')
-      return this.#finish(job, null, CODE_UNKNOWN_KIND)
-    }
-    let settled = false
-    // Closures, not methods: a handler may destructure them (`{ publish, fail }`).
-    const ctx: JobContext<unknown> = {
-      id: job.id,
-      kind: job.kind,
-      signal: this.#stopping.signal,
-      publish: async (partial) => {
-        if (settled) throw new JobNotRunningError('publish result')
-        const result = kind.project(partial)
-        const applied = await this.#driver.jobPublish({ id: job.id, attempt: job.attempt, result, now: this.#clock() })
-        if (!applied) throw new JobNotRunningError('publish result')
-      },
-      fail: (code) => {
-        throw new JobFailure<string>(code)
-      },
-      finalWriteSignal,
-    }
-    const outcome = await kind.run(job.payload, ctx)
-    settled = true
-    if ('result' in outcome) {
-      this.#logger.debug(fields, 'job succeeded')
-      return this.#finish(job, outcome.result, null)
-    }
-    if (this.#stopping.signal.aborted) {
-      this.#logger.warn(fields, 'job interrupted by shutdown; it fails at the next start')
-      return
-    }
-    if (outcome.code === CODE_INTERNAL) this.#logger.error({ ...fields, code: outcome.code, reason: outcome.reason }, 'job failed')
-    else this.#logger.info({ ...fields, code: outcome.code, reason: outcome.reason }, 'job failed')
-    return this.#finish(job, null, outcome.code)
-  }
-
-  async #finish(job: ClaimedJob, result: string | null, error: string | null): Promise<void> {
-    const status = error === null ? 'succeeded' : 'failed'
-    await this.#finisher.finish({ id: job.id, attempt: job.attempt, status, result, error }, job.kind)
-    if (jobEndChannel.hasSubscribers) {
-      jobEndChannel.publish({ runnerId: this.id, jobId: job.id, kind: job.kind, status, error })
-    }
-  }
+function checkMs(name: string, value: unknown): void {
+  if (typeof value !== 'number' || !Number.isInteger(value) || value < 0) throw new ConfigError(`${name} must be an integer >= 0 (milliseconds)`)
 }
 
 function toJob(row: JobRow): Job {
@@ -553,17 +384,6 @@ function toJob(row: JobRow): Job {
     result: row.result === null ? null : (JSON.parse(row.result) as JsonValue),
     error: row.error,
   }
-}
-
-/** The scope of an enqueue: a non-empty string of at most 256 characters, or null. */
-function scopeOf(options: EnqueueOptions | undefined): string | null {
-  const scope = options?.scope
-  if (scope === undefined) return null
-  // Control characters are refused: a NUL cannot be stored in a PostgreSQL text column, and none belongs in an owner's name.
-  if (typeof scope !== 'string' || scope.length === 0 || scope.length > 256 || /[\u0000-\u001f\u007f]/.test(scope)) {
-    throw new InvalidArgumentError('scope must be a non-empty string of at most 256 characters, without control characters')
-  }
-  return scope
 }
 
 /**

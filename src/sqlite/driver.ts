@@ -1,6 +1,7 @@
 import Database from 'better-sqlite3'
 import type {
   ClaimedJob,
+  ClaimParams,
   Driver,
   DriverCapabilities,
   FinishAndClaimParams,
@@ -12,6 +13,7 @@ import type {
 } from '../driver.js'
 import { ConfigError, DatabaseError } from '../errors.js'
 import { checkKeys } from '../options.js'
+import type { SqliteDatabase } from './database.js'
 import { migrate } from './migrations.js'
 import * as sql from './queries.js'
 import { RunnerLocks } from './runner-locks.js'
@@ -22,10 +24,16 @@ export interface SqliteOptions {
   readonly path?: string
   /**
    * The application's own better-sqlite3 database, so jobs live in its file
-   * and can be enqueued in its transactions. jobtable switches it to WAL,
-   * sets its busy timeout and leaves it open on close.
+   * and can be enqueued in its transactions (`enqueueTx`, the only write
+   * jobtable makes through it). Everything else jobtable writes (claims,
+   * results, final writes) goes through a connection of its own on the
+   * same file, so it never joins a transaction the application holds open
+   * across an await. jobtable switches the file to WAL and leaves the
+   * handle open on close. A database in memory has no file to open a
+   * second connection on: jobtable then writes through the handle, and
+   * waits (retrying, as for a busy lock) while it is in a transaction.
    */
-  readonly database?: Database.Database
+  readonly database?: SqliteDatabase
   /**
    * `normal` (default for a file jobtable opens): in WAL mode, an
    * acknowledged enqueue survives a killed process but may be lost with
@@ -76,12 +84,16 @@ export function sqlite(options: SqliteOptions): SqliteDriver {
 }
 
 /** The embedded default driver, over better-sqlite3. */
-export class SqliteDriver implements Driver<Database.Database, true> {
+export class SqliteDriver implements Driver<SqliteDatabase, true> {
   readonly name = 'sqlite'
   readonly capabilities: DriverCapabilities<true>
   readonly #writer: Database.Database
   readonly #reader: Database.Database
   readonly #ownsWriter: boolean
+  /** The application's handle, when one was handed in. */
+  readonly #app: Database.Database | undefined
+  /** Set when jobtable writes through the application's handle (a database in memory): no write while it is in a transaction. */
+  readonly #sharesApp: boolean
   readonly #insert: Database.Statement
   readonly #claim: Database.Statement
   readonly #publish: Database.Statement
@@ -91,6 +103,12 @@ export class SqliteDriver implements Driver<Database.Database, true> {
   readonly #heartbeatRunner: Database.Statement
   readonly #deleteRunner: Database.Statement
   readonly #otherRunners: Database.Statement
+  readonly #runnersWithKinds: Database.Statement
+  readonly #requeueLost: Database.Statement
+  readonly #unservedKinds: Database.Statement
+  readonly #failUnserved: Database.Statement
+  /** The JSON text of each kinds array a runner claims with: made once, not per claim. */
+  readonly #kindsJson = new WeakMap<readonly string[], string>()
   readonly #sweep: (gone: readonly string[], runnerId: string, error: string, now: number) => number
   readonly #locks: RunnerLocks
   readonly #pollIntervalMs: number
@@ -101,11 +119,11 @@ export class SqliteDriver implements Driver<Database.Database, true> {
   readonly #list: Database.Statement
   /** insertJobs statements by row count, up to INSERT_ROWS_MAX of them. */
   readonly #insertRows = new Map<number, Database.Statement>()
-  readonly #insertOnTx = new WeakMap<Database.Database, Database.Statement>()
+  readonly #insertOnTx = new WeakMap<SqliteDatabase, Database.Statement>()
   readonly #insertMany: (jobs: readonly NewJob[], now: number) => void
   readonly #releaseMany: (jobs: readonly { id: string; attempt: number }[], now: number) => void
   readonly #finishMany: (finishes: readonly JobFinish[], now: number) => boolean[]
-  readonly #finishManyAndClaim: (finishes: readonly JobFinish[], now: number, limit: number, runnerId: string) => FinishAndClaimResult
+  readonly #finishManyAndClaim: (finishes: readonly JobFinish[], now: number, limit: number, runnerId: string, kinds: string) => FinishAndClaimResult
   #closed = false
 
   constructor(options: SqliteOptions) {
@@ -125,11 +143,17 @@ export class SqliteDriver implements Driver<Database.Database, true> {
     // An OS lock proves a runner alive or gone (RunnerLocks): no heartbeat.
     this.capabilities = { txSync: true, liveness: { heartbeatMs: null, sweepMs: sweepIntervalMs } }
 
-    this.#ownsWriter = database === undefined
-    this.#writer = database ?? new Database(path as string)
+    const app = database as Database.Database | undefined
+    this.#app = app
+    this.#sharesApp = app !== undefined && app.memory
+    this.#ownsWriter = !this.#sharesApp
+    this.#writer = this.#sharesApp ? app! : new Database(app?.name ?? (path as string))
     try {
       this.#writer.pragma('journal_mode = WAL')
-      if (synchronous !== undefined || this.#ownsWriter) this.#writer.pragma(`synchronous = ${SYNCHRONOUS[synchronous ?? 'normal']}`)
+      // A database handed in keeps its own durability: jobtable's connection takes the handle's setting unless told otherwise.
+      const inherited = app !== undefined && synchronous === undefined ? (app.pragma('synchronous', { simple: true }) as number) : undefined
+      if (inherited !== undefined) this.#writer.pragma(`synchronous = ${inherited}`)
+      else if (synchronous !== undefined || app === undefined) this.#writer.pragma(`synchronous = ${SYNCHRONOUS[synchronous ?? 'normal']}`)
       // Migrating may wait for another process's migration: give it longer than a statement.
       this.#writer.pragma('busy_timeout = 5000')
       migrate(this.#writer)
@@ -140,6 +164,8 @@ export class SqliteDriver implements Driver<Database.Database, true> {
       if (this.#ownsWriter) this.#writer.close()
       throw err
     }
+    // The application's synchronous setting, if it asked for one, applies to its handle too.
+    if (app !== undefined && synchronous !== undefined && !this.#sharesApp) app.pragma(`synchronous = ${SYNCHRONOUS[synchronous]}`)
     this.#insert = this.#writer.prepare(sql.insertJob)
     this.#claim = this.#writer.prepare(sql.claimJobs)
     this.#publish = this.#writer.prepare(sql.publishResult)
@@ -149,6 +175,10 @@ export class SqliteDriver implements Driver<Database.Database, true> {
     this.#heartbeatRunner = this.#writer.prepare(sql.heartbeatRunner)
     this.#deleteRunner = this.#writer.prepare(sql.deleteRunner)
     this.#otherRunners = this.#reader.prepare(sql.otherRunners)
+    this.#runnersWithKinds = this.#reader.prepare(sql.runnersWithKinds)
+    this.#requeueLost = this.#writer.prepare(sql.requeueLost)
+    this.#unservedKinds = this.#reader.prepare(sql.unservedKinds)
+    this.#failUnserved = this.#writer.prepare(sql.failUnserved)
     this.#locks = new RunnerLocks(this.#writer.memory ? null : this.#writer.name)
     this.#sweep = this.#writer.transaction((gone: readonly string[], runnerId: string, error: string, now: number) => {
       for (const id of gone) this.#deleteRunner.run({ runnerId: id })
@@ -167,9 +197,9 @@ export class SqliteDriver implements Driver<Database.Database, true> {
     }).immediate
     this.#finishMany = this.#writer.transaction((finishes: readonly JobFinish[], now: number) => this.#finishEach(finishes, now)).immediate
     this.#finishManyAndClaim = this.#writer.transaction(
-      (finishes: readonly JobFinish[], now: number, limit: number, runnerId: string) => ({
+      (finishes: readonly JobFinish[], now: number, limit: number, runnerId: string, kinds: string) => ({
         applied: this.#finishEach(finishes, now),
-        claimed: this.#claimRows(limit, runnerId, now),
+        claimed: this.#claimRows(limit, runnerId, kinds, now),
       }),
     ).immediate
   }
@@ -206,8 +236,8 @@ export class SqliteDriver implements Driver<Database.Database, true> {
     )
   }
 
-  #claimRows(limit: number, runnerId: string, now: number): ClaimedJob[] {
-    const rows = this.#claim.all({ limit, runnerId, now }) as (ClaimedJob & { seq: number })[]
+  #claimRows(limit: number, runnerId: string, kinds: string, now: number): ClaimedJob[] {
+    const rows = this.#claim.all({ limit, runnerId, kinds, now }) as (ClaimedJob & { seq: number })[]
     // RETURNING promises no order; workers start oldest first.
     for (let i = 1; i < rows.length; i++) {
       if (rows[i - 1]!.seq > rows[i]!.seq) return rows.sort((a, b) => a.seq - b.seq)
@@ -215,22 +245,44 @@ export class SqliteDriver implements Driver<Database.Database, true> {
     return rows
   }
 
-  /** The writing connection: the database handed in, or the one jobtable opened. */
-  get database(): Database.Database {
-    return this.#writer
+  /** The database handed in, or else the writing connection jobtable opened. */
+  get database(): SqliteDatabase {
+    return this.#app ?? this.#writer
+  }
+
+  /**
+   * Runs one of jobtable's own writes. Through a connection of jobtable's
+   * own it is a plain statement; through the application's handle (a
+   * database in memory) it waits while the application holds a
+   * transaction open, failing as busy so the runner retries with backoff:
+   * written inside that transaction, a rollback would undo it.
+   */
+  #write<T>(operation: string, fn: () => T): T {
+    if (this.#sharesApp && this.#writer.inTransaction) throw new DatabaseError(operation, 'SQLITE_BUSY_APP_TRANSACTION', true)
+    return run(operation, fn)
+  }
+
+  /** The JSON text of a kinds array, made once per array. */
+  #kinds(kinds: readonly string[]): string {
+    let json = this.#kindsJson.get(kinds)
+    if (json === undefined) {
+      json = JSON.stringify(kinds)
+      this.#kindsJson.set(kinds, json)
+    }
+    return json
   }
 
   async jobInsertMany({ jobs, now }: { jobs: readonly NewJob[]; now: number }): Promise<void> {
     // A single statement is its own transaction: no BEGIN and COMMIT around a lone insert.
-    if (jobs.length === 1) run('insert jobs', () => this.#insertOne(this.#insert, jobs[0]!, now))
-    else run('insert jobs', () => this.#insertMany(jobs, now))
+    if (jobs.length === 1) this.#write('insert jobs', () => this.#insertOne(this.#insert, jobs[0]!, now))
+    else this.#write('insert jobs', () => this.#insertMany(jobs, now))
   }
 
-  jobInsertTx({ tx, jobs, now }: { tx: Database.Database; jobs: readonly NewJob[]; now: number }): void {
+  jobInsertTx({ tx, jobs, now }: { tx: SqliteDatabase; jobs: readonly NewJob[]; now: number }): void {
     if (!(tx instanceof Database)) throw new ConfigError('sqlite: enqueueTx needs the better-sqlite3 Database the transaction runs on')
     let insert = this.#insertOnTx.get(tx)
     if (insert === undefined) {
-      insert = tx.prepare(sql.insertJob)
+      insert = (tx as Database.Database).prepare(sql.insertJob)
       this.#insertOnTx.set(tx, insert)
     }
     const statement = insert
@@ -239,24 +291,47 @@ export class SqliteDriver implements Driver<Database.Database, true> {
     })
   }
 
-  async jobClaim({ limit, runnerId, now }: { limit: number; runnerId: string; now: number }): Promise<ClaimedJob[]> {
-    return run('claim jobs', () => this.#claimRows(limit, runnerId, now))
+  async jobClaim({ limit, runnerId, kinds, now }: ClaimParams & { now: number }): Promise<ClaimedJob[]> {
+    return this.#write('claim jobs', () => this.#claimRows(limit, runnerId, this.#kinds(kinds), now))
   }
 
   async jobRelease({ jobs, now }: { jobs: readonly { id: string; attempt: number }[]; now: number }): Promise<void> {
-    run('release jobs', () => this.#releaseMany(jobs, now))
+    this.#write('release jobs', () => this.#releaseMany(jobs, now))
+  }
+
+  async jobRequeueLost({ runnerId, keep, now }: { runnerId: string; keep: readonly string[]; now: number }): Promise<number> {
+    return this.#write('requeue lost claims', () => this.#requeueLost.run({ runnerId, keep: JSON.stringify(keep), now }).changes)
   }
 
   async jobPublish({ id, attempt, result, now }: { id: string; attempt: number; result: string; now: number }): Promise<boolean> {
-    return run('publish result', () => this.#publish.run({ id, attempt, result, now }).changes === 1)
+    return this.#write('publish result', () => this.#publish.run({ id, attempt, result, now }).changes === 1)
   }
 
   async jobFinishMany({ finishes, now }: { finishes: readonly JobFinish[]; now: number }): Promise<boolean[]> {
-    return run('finish jobs', () => this.#finishMany(finishes, now))
+    return this.#write('finish jobs', () => this.#finishMany(finishes, now))
   }
 
   async jobFinishManyAndClaim({ finishes, now, claim }: FinishAndClaimParams): Promise<FinishAndClaimResult> {
-    return run('finish and claim jobs', () => this.#finishManyAndClaim(finishes, now, claim.limit, claim.runnerId))
+    const kinds = this.#kinds(claim.kinds)
+    return this.#write('finish and claim jobs', () => this.#finishManyAndClaim(finishes, now, claim.limit, claim.runnerId, kinds))
+  }
+
+  /** The kinds of the runners on this file whose lock proves them alive, as a JSON array. */
+  #servedKinds(): string {
+    const served = new Set<string>()
+    for (const row of this.#runnersWithKinds.all() as { id: string; kinds: string }[]) {
+      if (!this.#locks.isAlive(row.id)) continue
+      for (const kind of JSON.parse(row.kinds) as string[]) served.add(kind)
+    }
+    return JSON.stringify([...served])
+  }
+
+  async queueUnservedKinds(_params: { now: number }): Promise<string[]> {
+    return run('read unserved kinds', () => (this.#unservedKinds.all({ served: this.#servedKinds() }) as { kind: string }[]).map((r) => r.kind))
+  }
+
+  async jobFailUnserved({ createdBefore, error, now }: { createdBefore: number; error: string; now: number }): Promise<number> {
+    return this.#write('fail unserved jobs', () => this.#failUnserved.run({ served: this.#servedKinds(), before: createdBefore, error, now }).changes)
   }
 
   /**
@@ -266,7 +341,7 @@ export class SqliteDriver implements Driver<Database.Database, true> {
    * live process beside it alone.
    */
   async jobFailInterrupted({ runnerId, error, now }: { runnerId: string; error: string; now: number }): Promise<number> {
-    return run('fail interrupted jobs', () => {
+    return this.#write('fail interrupted jobs', () => {
       const others = this.#otherRunners.all({ runnerId }) as { id: string }[]
       const gone = others.map((r) => r.id).filter((id) => !this.#locks.isAlive(id))
       const failed = this.#sweep(gone, runnerId, error, now)
@@ -275,20 +350,20 @@ export class SqliteDriver implements Driver<Database.Database, true> {
     })
   }
 
-  async runnerRegister({ runnerId, now }: { runnerId: string; now: number }): Promise<void> {
-    run('register runner', () => {
+  async runnerRegister({ runnerId, kinds, now }: { runnerId: string; kinds: readonly string[]; now: number }): Promise<void> {
+    this.#write('register runner', () => {
       // The lock first: a registered runner without its lock would read as gone.
       this.#locks.acquire(runnerId)
-      this.#registerRunner.run({ runnerId, now })
+      this.#registerRunner.run({ runnerId, kinds: JSON.stringify(kinds), now })
     })
   }
 
   async runnerHeartbeat({ runnerId, now }: { runnerId: string; now: number }): Promise<boolean> {
-    return run('renew runner', () => this.#heartbeatRunner.run({ runnerId, now }).changes === 1)
+    return this.#write('renew runner', () => this.#heartbeatRunner.run({ runnerId, now }).changes === 1)
   }
 
   async runnerUnregister({ runnerId }: { runnerId: string }): Promise<void> {
-    run('unregister runner', () => {
+    this.#write('unregister runner', () => {
       this.#deleteRunner.run({ runnerId })
       this.#locks.release(runnerId)
     })

@@ -66,6 +66,16 @@ export const MIGRATIONS: readonly { version: number; sql: string }[] = [
       ) STRICT;
     `,
   },
+  {
+    version: 4,
+    sql: `
+      -- The kinds each live runner has handlers for, as a JSON array of
+      -- names: a runner claims only its own kinds, and a queued job whose
+      -- kind no live runner has waits instead of failing (unknown_kind only
+      -- after a grace). A runner of an older jobtable has none recorded.
+      ALTER TABLE jobtable_runners ADD COLUMN kinds TEXT NOT NULL DEFAULT '[]';
+    `,
+  },
 ]
 
 /** The schema version this jobtable writes. */

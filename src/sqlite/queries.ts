@@ -23,17 +23,47 @@ export function insertJobs(rows: number): string {
 export const INSERT_ROWS_MAX = 50
 
 /**
- * One statement claims jobs for every idle worker. SQLite serializes
- * writers, so the subquery's rows cannot be claimed by anyone else between
- * the SELECT and the UPDATE: no job is claimed twice. The subquery walks
- * the partial index jobtable_jobs_queued, so finished rows cost nothing.
+ * One statement claims jobs for every idle worker, of the runner's kinds
+ * only (@kinds, a JSON array of names). SQLite serializes writers, so the
+ * subquery's rows cannot be claimed by anyone else between the SELECT and
+ * the UPDATE: no job is claimed twice. The subquery walks the partial
+ * index jobtable_jobs_queued in seq order and tests each row's kind
+ * against the small set json_each makes, so finished rows cost nothing.
  */
 export const claimJobs = `
   UPDATE jobtable_jobs
      SET status = 'running', attempt = attempt + 1, runner_id = @runnerId,
          started_at = @now, updated_at = @now
-   WHERE seq IN (SELECT seq FROM jobtable_jobs WHERE status = 'queued' ORDER BY seq LIMIT @limit)
+   WHERE seq IN (SELECT seq FROM jobtable_jobs
+                  WHERE status = 'queued' AND kind IN (SELECT value FROM json_each(@kinds))
+                  ORDER BY seq LIMIT @limit)
   RETURNING seq, id, kind, payload, attempt`
+
+/**
+ * Puts back the jobs running under @runnerId that it does not hold (@keep,
+ * a JSON array of ids): what a claim whose answer was lost marked running.
+ */
+export const requeueLost = `
+  UPDATE jobtable_jobs SET status = 'queued', runner_id = NULL, started_at = NULL, updated_at = @now
+   WHERE status = 'running' AND runner_id = @runnerId
+     AND id NOT IN (SELECT value FROM json_each(@keep))`
+
+/** The runners registered on the file, with their kinds (a JSON array). */
+export const runnersWithKinds = `SELECT id, kinds FROM jobtable_runners`
+
+/**
+ * The kinds of queued jobs outside @served (a JSON array). It reads every
+ * queued row: maintenance runs it at most once a minute by default.
+ */
+export const unservedKinds = `
+  SELECT DISTINCT kind FROM jobtable_jobs
+   WHERE status = 'queued' AND kind NOT IN (SELECT value FROM json_each(@served))`
+
+/** Fails the queued jobs enqueued before @before whose kind is outside @served. */
+export const failUnserved = `
+  UPDATE jobtable_jobs SET status = 'failed', error = @error, finished_at = @now, updated_at = @now
+   WHERE status = 'queued' AND created_at < @before
+     AND kind NOT IN (SELECT value FROM json_each(@served))`
 
 /** Fenced: applies only while the job is running under the same claim. */
 export const publishResult = `
@@ -65,10 +95,10 @@ export const failInterrupted = `
      AND runner_id IS NOT @runnerId
      AND (runner_id IS NULL OR runner_id NOT IN (SELECT id FROM jobtable_runners))`
 
-/** Records a runner as live; its lock file, not a lease, proves it so (expires_at NULL). */
+/** Records a runner as live with its kinds; its lock file, not a lease, proves it so (expires_at NULL). */
 export const registerRunner = `
-  INSERT INTO jobtable_runners (id, started_at, heartbeat_at, expires_at) VALUES (@runnerId, @now, @now, NULL)
-  ON CONFLICT (id) DO UPDATE SET heartbeat_at = @now`
+  INSERT INTO jobtable_runners (id, started_at, heartbeat_at, expires_at, kinds) VALUES (@runnerId, @now, @now, NULL, @kinds)
+  ON CONFLICT (id) DO UPDATE SET heartbeat_at = @now, kinds = @kinds`
 
 export const heartbeatRunner = `UPDATE jobtable_runners SET heartbeat_at = @now WHERE id = @runnerId`
 

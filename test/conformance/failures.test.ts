@@ -1,10 +1,10 @@
 import { expect, it } from 'vitest'
 import { z } from 'zod'
-import { CODE_INTERNAL, JobFailure } from 'jobtable'
+import { CODE_INTERNAL, CODE_UNKNOWN_KIND, JobFailure } from 'jobtable'
 import { describeEachBackend } from '../support/backends.js'
 import { echoPayload, harness } from '../support/harness.js'
 import { captureLogs } from '../support/logs.js'
-import { track } from '../support/wait.js'
+import { track, until } from '../support/wait.js'
 
 describeEachBackend('failures never leak', (backend) => {
   const h = harness(backend)
@@ -105,7 +105,8 @@ describeEachBackend('failures never leak', (backend) => {
   it('never logs a payload or a result', async () => {
     const marker = `value-${crypto.randomUUID()}`
     const logs = captureLogs()
-    const runner = h.runner({ logger: logs })
+    // A job of a kind no runner has fails as unknown_kind at once: no grace, and a short maintenance interval.
+    const runner = h.runner({ logger: logs, unknownKindGraceMs: 0, driver: h.store.driver({ sweepIntervalMs: 10 }) })
     const note = z.strictObject({ note: z.string() })
     const kind = runner.register('echo', {
       payload: note,
@@ -123,8 +124,9 @@ describeEachBackend('failures never leak', (backend) => {
     await runner.driver.jobInsertMany({ jobs: [unknown], now: Date.now() })
     const done = track(runner)
     await runner.start()
-    const ids = [await kind.enqueue({ note: marker }), await failing.enqueue({ note: marker }), unknown.id]
+    const ids = [await kind.enqueue({ note: marker }), await failing.enqueue({ note: marker })]
     await done.ends(ids)
+    expect(await until(runner, unknown.id, (j) => j.status === 'failed')).toMatchObject({ error: CODE_UNKNOWN_KIND })
     expect(logs.lines.length).toBeGreaterThan(0)
     expect(logs.text()).not.toContain(marker)
   })

@@ -133,7 +133,7 @@ describeEachBackend('database faults', (backend) => {
     const driver = h.store.driver()
     const id = crypto.randomUUID()
     await driver.jobInsertMany({ jobs: [{ id, kind: 'echo', payload: '{"n":1}', scope: null }], now: 1 })
-    const [claimed] = await driver.jobClaim({ limit: 10, runnerId: crypto.randomUUID(), now: 2 })
+    const [claimed] = await driver.jobClaim({ limit: 10, runnerId: crypto.randomUUID(), kinds: ['echo'], now: 2 })
     expect(claimed).toMatchObject({ id, kind: 'echo' })
     const { attempt } = claimed!
     expect(await driver.jobPublish({ id, attempt: attempt + 1, result: '"stale claim"', now: 3 })).toBe(false)
@@ -143,7 +143,7 @@ describeEachBackend('database faults', (backend) => {
     expect(await driver.jobFinishMany({ finishes: [finish], now: 4 })).toEqual([true])
     expect(await driver.jobFinishMany({ finishes: [{ ...finish, status: 'failed', result: null, error: 'late' }], now: 5 })).toEqual([false])
     expect(await driver.jobPublish({ id, attempt, result: '"revived"', now: 6 })).toBe(false)
-    expect(await driver.jobClaim({ limit: 10, runnerId: crypto.randomUUID(), now: 7 })).toEqual([])
+    expect(await driver.jobClaim({ limit: 10, runnerId: crypto.randomUUID(), kinds: ['echo'], now: 7 })).toEqual([])
     expect(await driver.jobGet({ id })).toEqual({ id, kind: 'echo', status: 'succeeded', result: '"final"', error: null })
   })
 })

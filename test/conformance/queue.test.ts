@@ -1,5 +1,5 @@
 import { expect, it } from 'vitest'
-import { CODE_UNKNOWN_KIND, JobNotFoundError } from 'jobtable'
+import { JobNotFoundError } from 'jobtable'
 import { describeEachBackend } from '../support/backends.js'
 import { echoPayload, harness } from '../support/harness.js'
 import { gate, track } from '../support/wait.js'
@@ -131,19 +131,6 @@ describeEachBackend('the table is the queue', (backend) => {
       await seen.starts(n + 1)
       expect(seen.started[n]).toBe(id)
     }
-  })
-
-  it('fails a job whose kind has no handler in this process with unknown_kind', async () => {
-    const writer = h.runner()
-    const kind = writer.register('retired_kind', { payload: echoPayload, handler: () => undefined })
-    const id = await kind.enqueue({ n: 1 })
-    await writer.close()
-    const runner = h.runner()
-    runner.register('echo', { payload: echoPayload, handler: () => undefined })
-    const done = track(runner)
-    await runner.start()
-    await done.ends([id])
-    expect(await runner.get(id)).toMatchObject({ status: 'failed', error: CODE_UNKNOWN_KIND })
   })
 
   it('get returns exactly {id, kind, status, result, error}, and not_found for an unknown id', async () => {

@@ -1,8 +1,11 @@
 import pg from 'pg'
 import { afterEach, beforeEach, describe, expect, it } from 'vitest'
-import { DatabaseError } from 'jobtable'
+import { Runner } from 'jobtable'
 import { postgres, type PostgresDriver } from 'jobtable/postgres'
 import { PG_URL, postgresBackend, testSchema } from '../support/backends.js'
+import { echoPayload } from '../support/harness.js'
+import { captureLogs } from '../support/logs.js'
+import { gate, track } from '../support/wait.js'
 
 const skip = postgresBackend().skip
 
@@ -44,55 +47,36 @@ describe.skipIf(skip !== undefined)('postgres: a claim whose answer is lost', ()
   })
 
   const statuses = async () =>
-    (await pool.query<{ id: string; status: string }>(`SELECT id, status FROM "${schema}".jobs ORDER BY seq`)).rows.map((r) => `${r.id}:${r.status}`)
+    (await pool.query<{ id: string; status: string }>(`SELECT id, status FROM "${schema}".jobs ORDER BY seq`)).rows.map((r) => r.status)
 
-  it.each(['jobClaim', 'jobFinishManyAndClaim'] as const)(
-    'via %s: the jobs it marked running are queued again before the next claim, and a job already handed out is not',
-    async (method) => {
-      await driver.runnerRegister({ runnerId: 'r1', now: 1 })
-      const jobs = ['a', 'b', 'c', 'd'].map((id) => ({ id, kind: 'echo', payload: '{}', scope: null }))
-      await driver.jobInsertMany({ jobs, now: 1 })
-      const [a] = await driver.jobClaim({ limit: 1, runnerId: 'r1', now: 2 })
-      expect(a).toMatchObject({ id: 'a', attempt: 1 })
-
-      loseNextClaimAnswer = true
-      const lost =
-        method === 'jobClaim'
-          ? driver.jobClaim({ limit: 2, runnerId: 'r1', now: 3 })
-          : driver.jobFinishManyAndClaim({ finishes: [], now: 3, claim: { limit: 2, runnerId: 'r1' } })
-      await expect(lost).rejects.toMatchObject({ dbCode: 'connection_lost', transient: true })
-      await expect(lost).rejects.toBeInstanceOf(DatabaseError)
-      // It committed: b and c are running, though no worker has them.
-      expect(await statuses()).toEqual(['a:running', 'b:running', 'c:running', 'd:queued'])
-
-      const next = await driver.jobClaim({ limit: 10, runnerId: 'r1', now: 4 })
-      expect(next.map((j) => j.id)).toEqual(['b', 'c', 'd'])
-      expect(await statuses()).toEqual(['a:running', 'b:running', 'c:running', 'd:running'])
+  it.each(['the claim loop', 'a final write'] as const)(
+    'a claim by %s whose answer is lost with its connection: its jobs are queued again, each handler starts exactly once',
+    async (via) => {
+      const runner = new Runner({ driver, workers: 2, logger: captureLogs() })
+      const ledger = new Map<string, number>()
+      const release = gate()
+      const kind = runner.register('echo', {
+        payload: echoPayload,
+        handler: async ({ n }, job) => {
+          ledger.set(job.id, (ledger.get(job.id) ?? 0) + 1)
+          // The first job's final write carries the claim whose answer is lost.
+          if (via === 'a final write' && n === 0) loseNextClaimAnswer = true
+          if (n === 1) await release.promise
+        },
+      })
+      const done = track(runner)
+      const ids = await kind.enqueueMany([0, 1, 2, 3, 4].map((n) => ({ n })))
+      if (via === 'the claim loop') loseNextClaimAnswer = true
+      await runner.start()
+      release.open()
+      await done.ends(ids)
+      expect([...ledger.values()]).toEqual([1, 1, 1, 1, 1])
+      expect(ledger.size).toBe(5)
+      expect(await statuses()).toEqual(Array(5).fill('succeeded'))
+      expect(loseNextClaimAnswer).toBe(false) // the fault did fire
+      await runner.stop()
     },
   )
-
-  it('never hands out a job twice when the claim loop and a final write both claim after a claim in doubt', async () => {
-    await driver.runnerRegister({ runnerId: 'r1', now: 1 })
-    await driver.jobInsertMany({ jobs: [{ id: 'j', kind: 'echo', payload: '{}', scope: null }], now: 1 })
-    loseNextClaimAnswer = true
-    await expect(driver.jobClaim({ limit: 1, runnerId: 'r1', now: 2 })).rejects.toBeInstanceOf(DatabaseError)
-    // Both claims see the claim in doubt; one's requeue must not put back what the other just took.
-    let delayNext = true
-    const connect = pool.connect.bind(pool) as (cb?: unknown) => Promise<pg.PoolClient>
-    pool.connect = (async (cb?: unknown) => {
-      if (cb === undefined && delayNext) {
-        delayNext = false
-        await new Promise((resolve) => setTimeout(resolve, 300)) // a pool slow to give a connection
-      }
-      return connect(cb)
-    }) as typeof pool.connect
-    const [viaFinisher, viaLoop] = await Promise.all([
-      driver.jobFinishManyAndClaim({ finishes: [], now: 3, claim: { limit: 1, runnerId: 'r1' } }),
-      driver.jobClaim({ limit: 1, runnerId: 'r1', now: 3 }),
-    ])
-    const handedOut = [...viaFinisher.claimed, ...viaLoop].map((j) => j.id)
-    expect(handedOut).toEqual(['j'])
-  })
 })
 
 if (skip !== undefined) console.warn(`jobtable tests: PostgreSQL claim tests SKIPPED: ${skip}`)

@@ -82,9 +82,9 @@ describe.skipIf(skip !== undefined)('postgres: errors against the real server', 
 
   it('an aborted final write is cancelled on the server: it never lands after the caller was told it failed', async () => {
     const d = driver()
-    await d.runnerRegister({ runnerId: 'r1', now: 1 })
+    await d.runnerRegister({ runnerId: 'r1', kinds: ['echo'], now: 1 })
     await d.jobInsertMany({ jobs: [{ id: 'j1', kind: 'echo', payload: '{}', scope: null }], now: 1 })
-    const [claimed] = await d.jobClaim({ limit: 1, runnerId: 'r1', now: 2 })
+    const [claimed] = await d.jobClaim({ limit: 1, runnerId: 'r1', kinds: ['echo'], now: 2 })
     const locker = await t.admin.connect()
     try {
       await locker.query('BEGIN')

@@ -52,12 +52,12 @@ describe.skipIf(skip !== undefined)('postgres: runner liveness and crash recover
     const d = driver()
     const jobs = ['of-dead', 'of-live', 'of-ghost'].map((id) => ({ id, kind: 'echo', payload: '{"n":1}', scope: null }))
     await d.jobInsertMany({ jobs, now: 1 })
-    await d.runnerRegister({ runnerId: 'dead', now: 1 })
-    await d.runnerRegister({ runnerId: 'live', now: 1 })
-    await d.jobClaim({ limit: 1, runnerId: 'dead', now: 2 })
-    await d.jobClaim({ limit: 1, runnerId: 'live', now: 2 })
+    await d.runnerRegister({ runnerId: 'dead', kinds: ['echo'], now: 1 })
+    await d.runnerRegister({ runnerId: 'live', kinds: ['echo'], now: 1 })
+    await d.jobClaim({ limit: 1, runnerId: 'dead', kinds: ['echo'], now: 2 })
+    await d.jobClaim({ limit: 1, runnerId: 'live', kinds: ['echo'], now: 2 })
     // A runner that stopped and unregistered, leaving a job it could not finish.
-    await d.jobClaim({ limit: 1, runnerId: 'ghost', now: 2 })
+    await d.jobClaim({ limit: 1, runnerId: 'ghost', kinds: ['echo'], now: 2 })
     await t.admin.query(`UPDATE "${t.schema}".runners SET expires_at = 0 WHERE id = 'dead'`)
 
     const logs = captureLogs()

@@ -56,8 +56,8 @@ describe.skipIf(skip !== undefined)('postgres: schema and migrations', () => {
     await first.migrate()
     await first.jobInsertMany({ jobs: [{ id: 'kept', kind: 'echo', payload: '{}', scope: null }], now: 1 })
     await first.close()
-    // Back to version 2: the runners table of version 3 is gone.
-    await admin.query(`DROP TABLE "${schema}".runners; DELETE FROM "${schema}".migrations WHERE version = 3`)
+    // Back to version 2: the runners table of version 3 (and its kinds column of version 4) is gone.
+    await admin.query(`DROP TABLE "${schema}".runners; DELETE FROM "${schema}".migrations WHERE version >= 3`)
     const second = postgres({ connectionString: PG_URL, schema })
     try {
       await second.migrate()
@@ -67,6 +67,8 @@ describe.skipIf(skip !== undefined)('postgres: schema and migrations', () => {
     }
     const runners = await admin.query(`SELECT to_regclass($1) AS t`, [`"${schema}".runners`])
     expect(runners.rows[0].t).not.toBeNull()
+    const kinds = await admin.query(`SELECT column_name FROM information_schema.columns WHERE table_schema = $1 AND table_name = 'runners' AND column_name = 'kinds'`, [schema])
+    expect(kinds.rowCount).toBe(1)
   })
 
   it("works on the application's own pool and leaves it open on close", async () => {

@@ -30,8 +30,8 @@ export interface Backend {
 }
 
 export interface Store {
-  /** Opens a new driver on this store, as a new process would. */
-  driver(): Driver
+  /** Opens a new driver on this store, as a new process would; `sweepIntervalMs` shortens its maintenance interval. */
+  driver(options?: { sweepIntervalMs?: number }): Driver
   /**
    * Runs fn inside a transaction of the user's own, committed or rolled
    * back; fn receives the handle that enqueueTx takes.
@@ -53,9 +53,9 @@ export const sqliteBackend: Backend = {
     const path = join(dir, 'jobs.db')
     const opened: Driver[] = []
     return {
-      driver() {
+      driver(options = {}) {
         // No data_version poll within a test: only an enqueue's or wake()'s own wake may start a job here.
-        const d = sqlite({ path, pollIntervalMs: 3_600_000 })
+        const d = sqlite({ path, pollIntervalMs: 3_600_000, ...options })
         opened.push(d)
         return d
       },
@@ -135,8 +135,8 @@ export function postgresBackend(options: Partial<PostgresOptions> = {}): Backend
       admin.on('error', () => undefined)
       const quoted = `"${schema}"`
       return {
-        driver() {
-          const d = postgres({ connectionString: PG_URL, schema, ...options })
+        driver(driverOptions = {}) {
+          const d = postgres({ connectionString: PG_URL, schema, ...options, ...driverOptions })
           opened.push(d)
           return d
         },

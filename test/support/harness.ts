@@ -1,6 +1,6 @@
 import { afterEach, beforeEach } from 'vitest'
 import { z } from 'zod'
-import { Runner, type Driver, type Logger } from 'jobtable'
+import { Runner, type Driver, type RunnerOptions } from 'jobtable'
 import type { Backend, Store } from './backends.js'
 import { captureLogs } from './logs.js'
 
@@ -20,12 +20,12 @@ export function harness(backend: Backend) {
     get store() {
       return store
     },
-    runner(options: { workers?: number; logger?: Logger; driver?: Driver; clock?: () => number } = {}): Runner {
+    runner(options: Partial<RunnerOptions<Driver>> = {}): Runner {
       const runner = new Runner({
+        ...options,
         driver: options.driver ?? store.driver(),
         workers: options.workers ?? 2,
         logger: options.logger ?? captureLogs(),
-        clock: options.clock,
       })
       runners.push(runner)
       return runner

@@ -1,30 +1,34 @@
-import type { ClaimedJob, Driver, JobFinish } from '../driver.js'
+import type { ClaimedJob, ClaimParams, Driver, JobFinish } from '../driver.js'
 import { CODE_INTERNAL, finalWriteSignal } from '../job.js'
 import type { Logger } from '../logger.js'
 import { Backoff, errorCode, isTransient, sleep } from './backoff.js'
 import { Batcher } from './batcher.js'
 
-/** Where jobs claimed with a batch's final writes go. */
-export interface ClaimFor {
-  readonly runnerId: string
+/**
+ * The claim a batch of final writes carries, when the producer wants one.
+ * The completer knows nothing of workers: it asks, carries the claim in
+ * its transaction and hands back the answer.
+ */
+export interface Piggyback {
   /**
-   * Called as a batch's claim is sent: how many idle workers no claimed job
-   * or other claim is meant for. The claim takes jobs for them too, so it
-   * answers every wake that came before it.
+   * Called as a batch goes out, with how many of the producer's jobs it
+   * finishes: the claim to make in the same transaction, or undefined
+   * for none.
    */
-  idle(): number
-  /**
-   * Receives the jobs claimed for `freed` workers about to be freed and for
-   * the idle ones (fewer jobs when the queue ran short).
-   */
-  take(jobs: ClaimedJob[], freed: number): void
-  /** The claim failed: what it was to find is still to be claimed. */
-  missed(): void
+  request(finishing: number): ClaimParams | undefined
+  /** The answer to the claim made with a batch finishing `finishing` jobs. */
+  take(jobs: ClaimedJob[], finishing: number): void
+  /** That claim failed: it may have committed with its answer lost. */
+  missed(finishing: number): void
 }
+
+/** How a final write ended: applied, refused by the fence (the job is not ours any more), or given up (left running). */
+export type FinishOutcome = 'applied' | 'fenced' | 'given_up'
 
 interface Finishing {
   readonly finish: JobFinish
   readonly kind: string
+  outcome: FinishOutcome
 }
 
 /**
@@ -40,31 +44,33 @@ interface Finishing {
  * it refuses becomes an `internal_error` failure, and a failure it refuses
  * is left running.
  */
-export class Finisher {
+export class Completer {
   readonly #driver: Driver
   readonly #logger: Logger
   readonly #clock: () => number
   readonly #stopping: AbortSignal
   readonly #batcher: Batcher<Finishing>
-  readonly #claimFor: ClaimFor
+  readonly #piggyback: Piggyback | undefined
   /** What the claim loop waits for: the next final write to land or fail (see nextClaim). */
   #landing: Promise<void> | undefined
   #landed: (() => void) | undefined
   /** A failed write waits for its backoff: the claim loop claims meanwhile. */
   #retrying = false
 
-  constructor(driver: Driver, logger: Logger, clock: () => number, stopping: AbortSignal, claimFor: ClaimFor) {
+  constructor(driver: Driver, logger: Logger, clock: () => number, stopping: AbortSignal, piggyback?: Piggyback) {
     this.#driver = driver
     this.#logger = logger
     this.#clock = clock
     this.#stopping = stopping
-    this.#claimFor = claimFor
+    this.#piggyback = driver.jobFinishManyAndClaim === undefined ? undefined : piggyback
     this.#batcher = new Batcher((batch) => this.#write(batch))
   }
 
-  /** Resolves once the job's final write has landed or been given up (never rejects). */
-  finish(finish: JobFinish, kind: string): Promise<void> {
-    return this.#batcher.add({ finish, kind })
+  /** Resolves once the job's final write has landed or been given up, saying which (never rejects). */
+  async finish(finish: JobFinish, kind: string): Promise<FinishOutcome> {
+    const item: Finishing = { finish, kind, outcome: 'given_up' }
+    await this.#batcher.add(item)
+    return item.outcome
   }
 
   /** Resolves when every final write so far has landed or been given up. */
@@ -81,7 +87,7 @@ export class Finisher {
    * same few new jobs, each a statement of its own.
    */
   nextClaim(): Promise<void> | undefined {
-    if (!this.#batcher.busy || this.#retrying || this.#stopping.aborted || this.#driver.jobFinishManyAndClaim === undefined) return undefined
+    if (!this.#batcher.busy || this.#retrying || this.#stopping.aborted || this.#piggyback === undefined) return undefined
     this.#landing ??= new Promise<void>((resolve) => (this.#landed = resolve))
     // Or when the writes run out: the last may have landed already.
     return Promise.race([this.#landing, this.#batcher.idle()])
@@ -93,6 +99,7 @@ export class Finisher {
       try {
         const applied = await this.#finishAndClaim(batch)
         batch.forEach((b, i) => {
+          b.outcome = applied[i] ? 'applied' : 'fenced'
           if (!applied[i]) this.#logger.error(fields(b), 'record job outcome: the job is not running under this claim')
         })
         return
@@ -127,19 +134,22 @@ export class Finisher {
     // cannot cancel a statement (SQLite) never does, and each signal costs a timer.
     let signal: AbortSignal | undefined
     const bound = () => (signal ??= finalWriteSignal())
-    if (this.#driver.jobFinishManyAndClaim === undefined || this.#stopping.aborted) {
-      return this.#driver.jobFinishMany({
-        finishes,
-        now,
-        get signal() {
-          return bound()
-        },
-      })
+    const claim = this.#stopping.aborted ? undefined : this.#piggyback?.request(batch.length)
+    if (claim === undefined) {
+      try {
+        return await this.#driver.jobFinishMany({
+          finishes,
+          now,
+          get signal() {
+            return bound()
+          },
+        })
+      } finally {
+        this.#landedNow()
+      }
     }
-    const freed = batch.length
-    const claim = { limit: freed + this.#claimFor.idle(), runnerId: this.#claimFor.runnerId }
     try {
-      const { applied, claimed } = await this.#driver.jobFinishManyAndClaim({
+      const { applied, claimed } = await this.#driver.jobFinishManyAndClaim!({
         finishes,
         now,
         claim,
@@ -147,16 +157,21 @@ export class Finisher {
           return bound()
         },
       })
-      this.#claimFor.take(claimed, freed)
+      this.#piggyback!.take(claimed, batch.length)
       return applied
     } catch (err) {
-      this.#claimFor.missed()
+      this.#piggyback!.missed(batch.length)
       throw err
     } finally {
-      const landed = this.#landed
-      this.#landing = this.#landed = undefined
-      landed?.()
+      this.#landedNow()
     }
+  }
+
+  /** Tells the claim loop waiting in nextClaim that a write landed or failed. */
+  #landedNow(): void {
+    const landed = this.#landed
+    this.#landing = this.#landed = undefined
+    landed?.()
   }
 
   async #writeRefused(batch: Finishing[], err: unknown): Promise<void> {
@@ -167,7 +182,10 @@ export class Finisher {
     const [b] = batch as [Finishing]
     if (b.finish.status === 'succeeded') {
       this.#logger.error({ ...fields(b), error: errorCode(err) }, 'job result could not be stored; failing the job')
-      return this.#write([{ kind: b.kind, finish: { ...b.finish, status: 'failed', result: null, error: CODE_INTERNAL } }])
+      const failed: Finishing = { kind: b.kind, finish: { ...b.finish, status: 'failed', result: null, error: CODE_INTERNAL }, outcome: 'given_up' }
+      await this.#write([failed])
+      b.outcome = failed.outcome
+      return
     }
     this.#logger.error({ ...fields(b), error: errorCode(err) }, 'record job failure refused by the database; it fails at the next start')
   }

@@ -1,0 +1,326 @@
+import diagnostics from 'node:diagnostics_channel'
+import type { ClaimedJob, ClaimParams, Driver } from '../driver.js'
+import { JobFailure, JobNotRunningError } from '../errors.js'
+import { CODE_INTERNAL, finalWriteSignal } from '../job.js'
+import type { JobContext, RegisteredKind } from '../kind.js'
+import type { Logger } from '../logger.js'
+import { Backoff, errorCode, isTransient, sleep } from './backoff.js'
+import type { ClaimGate } from './claim-gate.js'
+import { Completer, type Piggyback } from './completer.js'
+
+/** Published when a handler starts: `{ runnerId, jobId, kind }`. */
+export const jobStartChannel = diagnostics.channel('jobtable:job:start')
+/** Published when a job's final write has landed or been given up: `{ runnerId, jobId, kind, status, error }`. */
+export const jobEndChannel = diagnostics.channel('jobtable:job:end')
+/** Published when a claim fails: `{ runnerId, error, transient }`. */
+export const claimErrorChannel = diagnostics.channel('jobtable:claim:error')
+
+/** One job a worker runs: its own controller, so one job can be aborted without the others. */
+interface Execution {
+  readonly job: ClaimedJob
+  readonly controller: AbortController
+  /** Set when stop() gave up waiting for it: whatever it ends with is not recorded. */
+  abandoned: boolean
+  done: Promise<void>
+}
+
+/** What a Producer needs from its runner. */
+export interface ProducerOptions {
+  readonly driver: Driver
+  readonly runnerId: string
+  readonly workers: number
+  /** The kinds this runner has handlers for, by name; only these are claimed. */
+  readonly kinds: ReadonlyMap<string, RegisteredKind>
+  readonly gate: ClaimGate
+  readonly logger: Logger
+  readonly clock: () => number
+  /** Called once when a claim fails with an error that can never succeed; the runner then stops. */
+  readonly onFatal: (err: unknown) => void
+}
+
+/**
+ * Owns the worker slots: claims queued jobs of its kinds for every idle
+ * worker in one statement, runs each with its own AbortController, and
+ * hands the outcome to its Completer, whose batched final writes claim
+ * for the workers they free. An idle producer makes no queries: it sleeps
+ * until a wake, a freed worker or a retry due.
+ */
+export class Producer implements Piggyback {
+  readonly #driver: Driver
+  readonly #runnerId: string
+  readonly #kinds: ReadonlyMap<string, RegisteredKind>
+  readonly #kindNames: readonly string[]
+  readonly #gate: ClaimGate
+  readonly #logger: Logger
+  readonly #clock: () => number
+  readonly #onFatal: (err: unknown) => void
+  readonly #stopping = new AbortController()
+  readonly #completer: Completer
+  readonly #executions = new Map<string, Execution>()
+  #idle: number
+  /** Set when a claim may find work: a wake, a worker freed, a retry due. */
+  #kicked = true
+  #kick: (() => void) | undefined
+  #loop: Promise<void> | undefined
+  /** Jobs claimed together with final writes, for the workers those writes free; started before any new claim. */
+  #prefetched: ClaimedJob[] = []
+  /** How many workers about to be freed had a claim made for them with their final write, so need no claim of their own. */
+  #lookedAfter = 0
+  /** How many idle workers the claim loop's claim in flight is for. */
+  #loopClaimFor = 0
+
+  constructor(options: ProducerOptions) {
+    this.#driver = options.driver
+    this.#runnerId = options.runnerId
+    this.#kinds = options.kinds
+    this.#kindNames = [...options.kinds.keys()]
+    this.#gate = options.gate
+    this.#logger = options.logger
+    this.#clock = options.clock
+    this.#onFatal = options.onFatal
+    this.#idle = options.workers
+    this.#completer = new Completer(options.driver, options.logger, options.clock, this.#stopping.signal, this)
+  }
+
+  /** Starts claiming; a producer without kinds claims nothing. */
+  start(): void {
+    if (this.#kindNames.length > 0) this.#loop ??= this.#claimLoop()
+  }
+
+  /** Tells an idle worker to look for a queued job. */
+  wake(): void {
+    this.#kicked = true
+    this.#kick?.()
+  }
+
+  /** How many handlers are running now. */
+  get running(): number {
+    return this.#executions.size
+  }
+
+  /**
+   * Stops claiming, aborts every job's signal, puts back the claimed jobs
+   * no handler has seen, and resolves once every handler has ended and its
+   * final write has landed or been given up, or once `timeoutMs` has
+   * passed. Resolves to how many handlers were still running then: their
+   * jobs stay running in the database, and nothing they end with is
+   * recorded.
+   */
+  async stop(timeoutMs: number): Promise<number> {
+    this.#stopping.abort()
+    for (const e of this.#executions.values()) e.controller.abort()
+    this.#kick?.()
+    let timer: NodeJS.Timeout | undefined
+    const deadline = new Promise<'timeout'>((resolve) => (timer = setTimeout(() => resolve('timeout'), timeoutMs)))
+    try {
+      if ((await Promise.race([this.#drain(), deadline])) !== 'timeout') return 0
+    } finally {
+      clearTimeout(timer)
+    }
+    for (const e of this.#executions.values()) e.abandoned = true
+    await this.#release(this.#prefetched.splice(0))
+    return this.#executions.size
+  }
+
+  async #drain(): Promise<void> {
+    await this.#loop
+    // Jobs claimed with the last final writes are not started with a
+    // signal already aborted: they go back to the queue, for the next start.
+    for (;;) {
+      await this.#release(this.#prefetched.splice(0))
+      if (this.#executions.size === 0) break
+      await Promise.all([...this.#executions.values()].map((e) => e.done))
+    }
+    await this.#completer.idle()
+    await this.#release(this.#prefetched.splice(0))
+  }
+
+  // Piggyback: the claim a batch of final writes carries.
+
+  request(finishing: number): ClaimParams | undefined {
+    if (this.#stopping.signal.aborted || !this.#gate.tryEnter()) return undefined
+    const idle = Math.max(0, this.#idle - this.#prefetched.length - this.#loopClaimFor)
+    // This claim looks for work for every idle worker: the wakes so far are answered.
+    if (idle > 0) this.#kicked = false
+    return { limit: finishing + idle, runnerId: this.#runnerId, kinds: this.#kindNames }
+  }
+
+  take(jobs: ClaimedJob[], finishing: number): void {
+    this.#gate.leave(jobs)
+    for (const job of jobs) this.#prefetched.push(job)
+    this.#lookedAfter += finishing
+  }
+
+  missed(): void {
+    this.#gate.leave(undefined)
+    this.wake()
+  }
+
+  /**
+   * Puts claimed jobs that no handler has seen back in the queue (a write
+   * fenced on their claim). Should it fail, they stay running under this
+   * runner, and the next start fails them as interrupted.
+   */
+  async #release(jobs: ClaimedJob[]): Promise<void> {
+    if (jobs.length === 0) return
+    try {
+      await this.#driver.jobRelease({ jobs: jobs.map(({ id, attempt }) => ({ id, attempt })), now: this.#clock() })
+      for (const job of jobs) this.#gate.held.delete(job.id)
+    } catch (err) {
+      this.#logger.error({ jobs: jobs.length, error: errorCode(err) }, 'release unstarted jobs failed; they fail at the next start')
+    }
+  }
+
+  /**
+   * Claims queued jobs for every idle worker in one statement and starts
+   * them, then sleeps until a wake, a freed worker or a due retry. While
+   * final writes are on their way, it leaves the claim to them: each
+   * claims for the workers it frees and for the idle ones. A transient
+   * claim error is retried with backoff, so a job queued during an outage
+   * runs when it clears without a new wake; a permanent one stops the
+   * runner (onFatal).
+   */
+  async #claimLoop(): Promise<void> {
+    const backoff = new Backoff()
+    const stopping = this.#stopping.signal
+    while (!stopping.aborted) {
+      if (this.#prefetched.length > 0 && this.#idle > 0) {
+        for (const job of this.#prefetched.splice(0, this.#idle)) this.#start(job)
+        continue
+      }
+      if (!this.#kicked || this.#idle === 0) {
+        await new Promise<void>((resolve) => (this.#kick = resolve))
+        this.#kick = undefined
+        continue
+      }
+      const finishing = this.#completer.nextClaim()
+      if (finishing !== undefined) {
+        // The final writes about to land claim for the idle workers too: start what they find, then look again.
+        await finishing
+        continue
+      }
+      this.#kicked = false
+      let jobs: ClaimedJob[]
+      this.#loopClaimFor = this.#idle
+      try {
+        jobs = await this.#claim(this.#idle)
+        backoff.reset()
+      } catch (err) {
+        this.#loopClaimFor = 0
+        if (stopping.aborted) break
+        const transient = isTransient(err)
+        if (claimErrorChannel.hasSubscribers) claimErrorChannel.publish({ runnerId: this.#runnerId, error: errorCode(err), transient })
+        if (!transient) {
+          this.#onFatal(err)
+          break
+        }
+        const delay = backoff.next()
+        this.#logger.error({ error: errorCode(err), retry_in_ms: delay }, 'claim jobs failed; retrying')
+        await sleep(delay, stopping)
+        this.#kicked = true
+        continue
+      }
+      this.#loopClaimFor = 0
+      // A stop that came during the claim: these jobs were never started.
+      if (stopping.aborted) {
+        await this.#release(jobs)
+        break
+      }
+      for (const job of jobs) this.#start(job)
+    }
+  }
+
+  /** One claim through the gate, which first recovers what a lost claim may have taken. */
+  async #claim(limit: number): Promise<ClaimedJob[]> {
+    await this.#gate.enter()
+    let jobs: ClaimedJob[] | undefined
+    try {
+      jobs = await this.#driver.jobClaim({ limit, runnerId: this.#runnerId, kinds: this.#kindNames, now: this.#clock() })
+      return jobs
+    } finally {
+      this.#gate.leave(jobs)
+    }
+  }
+
+  /** Starts a claimed job on an idle worker; when it ends, the worker looks for work again. */
+  #start(job: ClaimedJob): void {
+    this.#idle--
+    const execution: Execution = { job, controller: new AbortController(), abandoned: false, done: Promise.resolve() }
+    if (this.#stopping.signal.aborted) execution.controller.abort()
+    execution.done = this.#run(execution)
+      .catch(() => {
+        // #run handles every outcome itself; reaching here is a jobtable bug, and its text may quote job data.
+        this.#logger.error({ job_id: job.id, kind: job.kind, code: CODE_INTERNAL }, 'unexpected error running a job')
+        return this.#finish(execution, null, CODE_INTERNAL)
+      })
+      .finally(() => {
+        this.#executions.delete(job.id)
+        this.#idle++
+        if (this.#lookedAfter > 0) {
+          // A claim was made with this job's final write: start what it found, claim nothing new.
+          this.#lookedAfter--
+          this.#kick?.()
+        } else {
+          this.wake()
+        }
+      })
+    this.#executions.set(job.id, execution)
+  }
+
+  /** Runs one claimed job to completion and makes its final write. */
+  async #run(execution: Execution): Promise<void> {
+    const { job } = execution
+    const fields = { job_id: job.id, kind: job.kind }
+    const kind = this.#kinds.get(job.kind)
+    if (kind === undefined) {
+      // Claims take only this runner's kinds; a driver that returned another is wrong, and the job waits for a runner that has it.
+      this.#logger.error(fields, 'claimed a job of a kind this runner has no handler for; putting it back')
+      return this.#release([job])
+    }
+    if (jobStartChannel.hasSubscribers) jobStartChannel.publish({ runnerId: this.#runnerId, jobId: job.id, kind: job.kind })
+    let settled = false
+    // Closures, not methods: a handler may destructure them (`{ publish, fail }`).
+    const ctx: JobContext<unknown> = {
+      id: job.id,
+      kind: job.kind,
+      signal: execution.controller.signal,
+      publish: async (partial) => {
+        if (settled || execution.abandoned) throw new JobNotRunningError('publish result')
+        const result = kind.project(partial)
+        const applied = await this.#driver.jobPublish({ id: job.id, attempt: job.attempt, result, now: this.#clock() })
+        if (!applied) throw new JobNotRunningError('publish result')
+      },
+      fail: (code) => {
+        throw new JobFailure<string>(code)
+      },
+      finalWriteSignal,
+    }
+    const outcome = await kind.run(job.payload, ctx)
+    settled = true
+    if (execution.abandoned) {
+      this.#logger.warn(fields, 'job ended after stop stopped waiting for it; not recorded, it fails as interrupted')
+      return
+    }
+    if ('result' in outcome) {
+      this.#logger.debug(fields, 'job succeeded')
+      return this.#finish(execution, outcome.result, null)
+    }
+    if (this.#stopping.signal.aborted) {
+      this.#logger.warn(fields, 'job interrupted by shutdown; it fails at the next start')
+      return
+    }
+    if (outcome.code === CODE_INTERNAL) this.#logger.error({ ...fields, code: outcome.code, reason: outcome.reason }, 'job failed')
+    else this.#logger.info({ ...fields, code: outcome.code, reason: outcome.reason }, 'job failed')
+    return this.#finish(execution, null, outcome.code)
+  }
+
+  async #finish({ job }: Execution, result: string | null, error: string | null): Promise<void> {
+    const status = error === null ? 'succeeded' : 'failed'
+    const outcome = await this.#completer.finish({ id: job.id, attempt: job.attempt, status, result, error }, job.kind)
+    // A write given up leaves the job running under this runner: still held, so a lost-claim recovery never queues it again.
+    if (outcome !== 'given_up') this.#gate.held.delete(job.id)
+    if (jobEndChannel.hasSubscribers) {
+      jobEndChannel.publish({ runnerId: this.#runnerId, jobId: job.id, kind: job.kind, status, error })
+    }
+  }
+}
