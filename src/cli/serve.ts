@@ -1,5 +1,5 @@
 import { createApi, bearerTokens, isLoopback, listen, type Api, type Listening } from '../http/index.js'
-import type { Runner } from '../index.js'
+import { DatabaseError, type Runner } from '../index.js'
 import { describeDatabase } from './database.js'
 import { loadKinds, type KindsModule } from './kinds.js'
 import { COMMON_FLAGS, databaseOf, loggerFor, openRunner, type CliContext } from './runtime.js'
@@ -9,14 +9,17 @@ import { EXIT, HELP, intFlag, parse, UsageError } from './usage.js'
 
 /**
  * `jobtable serve` and `jobtable worker`: the API and workers together, or
- * workers only. Resolves to the exit code once stopped: 0 after a signal,
- * 1 when the workers stopped on a database error.
+ * workers only. Resolves to the exit code once stopped: 0 after a signal
+ * (even when --stop-timeout left handlers running: their jobs fail as
+ * interrupted at the next start), 1 when the workers stopped on a
+ * database error.
  */
 export async function serve(ctx: CliContext, mode: 'serve' | 'worker'): Promise<number> {
   const { values } = parse(ctx.args, {
     ...COMMON_FLAGS,
     kinds: { type: 'string', short: 'k' },
     workers: { type: 'string', short: 'w' },
+    'stop-timeout': { type: 'string' },
     ...(mode === 'serve'
       ? {
           host: { type: 'string' },
@@ -37,6 +40,7 @@ export async function serve(ctx: CliContext, mode: 'serve' | 'worker'): Promise<
   const host = str('host') ?? '127.0.0.1'
   const port = intFlag('port', str('port'), 8080, 0, 65535)
   const maxConnections = intFlag('max-connections', str('max-connections'), 256, 1, 100_000)
+  const stopTimeoutMs = intFlag('stop-timeout', str('stop-timeout'), 20_000, 0, 3_600_000)
   const kindsPath = str('kinds')
   if (kindsPath === undefined && workers > 0) {
     throw new UsageError('--kinds is required: a worker without the kinds would fail every job it claims with unknown_kind')
@@ -53,10 +57,8 @@ export async function serve(ctx: CliContext, mode: 'serve' | 'worker'): Promise<
   const kinds: KindsModule | undefined = kindsPath === undefined ? undefined : await loadKinds(kindsPath)
   if (v.demo === true && typeof kinds?.demo !== 'function') throw new UsageError(`--demo needs ${kindsPath} to export demo(runner, { url })`)
   const signals = firstSignal((signal) => logger.warn({ signal }, 'second signal: exiting at once'))
-  // An idle runner holds no timer or socket (it waits on wake calls), and a
-  // handler may wait on nothing Node counts: keep the process alive until
-  // it has stopped, so it ends by a signal, not by an empty event loop.
-  const keepAlive = setInterval(() => {}, 1 << 30)
+  // Nothing here keeps the process alive: a started runner does so itself
+  // until it stops, and without workers the HTTP server does.
   const runner = await openRunner(database, workers, logger)
   let listening: Listening | undefined
   let api: Api | undefined
@@ -77,9 +79,17 @@ export async function serve(ctx: CliContext, mode: 'serve' | 'worker'): Promise<
       signals.stopped.then((signal) => ({ signal })),
       workers > 0 ? runner.wait().then(() => ({ failed: undefined }), (err: unknown) => ({ failed: err })) : new Promise<never>(() => {}),
     ])
-    if ('signal' in outcome) logger.info({ signal: outcome.signal }, 'stopping: waiting for running jobs (a second signal exits at once)')
-    else logger.error({ error: errorName(outcome.failed) }, 'workers stopped on a database error')
+    if ('signal' in outcome) {
+      logger.info({ signal: outcome.signal, stop_timeout_ms: stopTimeoutMs }, 'stopping: waiting for running jobs up to the stop timeout (a second signal exits at once)')
+    } else {
+      // The database's own code (SQLITE_ERROR, a SQLSTATE), never its message, which can quote values.
+      const dbCode = outcome.failed instanceof DatabaseError ? { db_code: outcome.failed.dbCode } : {}
+      logger.error({ error: errorName(outcome.failed), ...dbCode }, 'workers stopped on a database error')
+    }
     await listening?.close()
+    // By the deadline: handlers still running then are left, their jobs
+    // running for the next start to fail as interrupted (the runner logs how many).
+    await runner.stop({ timeoutMs: stopTimeoutMs })
     await runner.close()
     logger.info('stopped')
     return 'signal' in outcome ? EXIT.ok : EXIT.failure
@@ -88,7 +98,6 @@ export async function serve(ctx: CliContext, mode: 'serve' | 'worker'): Promise<
     await runner.close().catch(() => undefined)
     throw err
   } finally {
-    clearInterval(keepAlive)
     signals.dispose()
   }
 }

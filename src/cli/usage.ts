@@ -44,6 +44,9 @@ export function intFlag(name: string, value: string | undefined, fallback: numbe
 }
 
 const DATABASE = `  -d, --database <path|url>  SQLite file or postgres:// URL (env JOBTABLE_DATABASE; default ./jobtable.db)`
+const STOP = `      --stop-timeout <ms>    how long a stop waits for running jobs (default 20000); jobs
+                             still running then stay running for the next start to fail as
+                             interrupted, and the process still exits 0`
 const LOG = `      --log-level <level>    debug, info, warn or error (default info); logs go to stderr,
                              readable in a terminal, JSON lines otherwise`
 
@@ -66,7 +69,8 @@ Exit codes: 0 ok, 1 runtime failure, 2 usage error.
   serve: `Usage: jobtable serve [options]
 
 Serves the HTTP API (/api/v1/jobs) and runs workers in one process.
-SIGTERM or SIGINT stops gracefully; a second signal exits at once.
+SIGTERM or SIGINT stops gracefully, waiting up to --stop-timeout for running
+jobs; a second signal exits at once.
 
 Options:
 ${DATABASE}
@@ -79,18 +83,22 @@ ${DATABASE}
                              scope its holder owns (env JOBTABLE_TOKENS holds the same JSON)
       --max-connections <n>  connections held at once (default 256)
       --demo                 also run the kinds module's demo(runner, { url }) export
+${STOP}
 ${LOG}
   -h, --help                 this help
 `,
   worker: `Usage: jobtable worker --kinds <module> [options]
 
 Runs workers only: claims queued jobs from the database and runs them.
-SIGTERM or SIGINT stops gracefully; a second signal exits at once.
+SIGTERM or SIGINT stops gracefully, waiting up to --stop-timeout for running
+jobs; a second signal exits at once. Exits 1 when the workers stop on a
+database error that can never succeed.
 
 Options:
 ${DATABASE}
   -k, --kinds <module>       module exporting registerKinds(runner) (required)
   -w, --workers <n>          concurrent jobs (default 4)
+${STOP}
 ${LOG}
   -h, --help                 this help
 `,

@@ -2,6 +2,7 @@ import { spawn, type ChildProcess } from 'node:child_process'
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
+import Database from 'better-sqlite3'
 import { afterEach, beforeEach, describe, expect, it } from 'vitest'
 import { createApi, listen, UnsafeBindError } from 'jobtable/http'
 import { Runner } from 'jobtable'
@@ -9,6 +10,7 @@ import { sqlite } from 'jobtable/sqlite'
 import pg from 'pg'
 import { describeDatabase } from '../../src/cli/database.js'
 import { PG_URL, postgresSkipReason, testSchema } from '../support/backends.js'
+import { registerKinds } from './fixtures/kinds.js'
 
 const KINDS = 'test/cli/fixtures/kinds.ts'
 const TOKEN = 'cli-test-token-0123456789'
@@ -86,6 +88,31 @@ async function poll<T>(read: () => Promise<T>, ok: (v: T) => boolean): Promise<T
   }
 }
 
+/** poll(), failing at once if the command exits before ok holds. */
+async function pollWhileUp<T>(c: Cli, read: () => Promise<T>, ok: (v: T) => boolean): Promise<T> {
+  return poll(
+    async () => {
+      if (c.proc.exitCode !== null || c.proc.signalCode !== null) throw new Error(`exited ${c.proc.exitCode ?? c.proc.signalCode}: ${c.stderr}`)
+      return read()
+    },
+    ok,
+  )
+}
+
+/** The command's JSON log lines. */
+function logLines(c: Cli): Record<string, unknown>[] {
+  return c.stderr.trim().split('\n').map((l) => JSON.parse(l) as Record<string, unknown>)
+}
+
+const QUIET = { debug() {}, info() {}, warn() {}, error() {} }
+
+/** A runner in this process on the command's SQLite file, with the fixture kinds: to enqueue and read, not started unless a test says so. */
+function sideRunner(db: string): Runner {
+  const runner = new Runner({ driver: sqlite({ path: db }), logger: QUIET })
+  registerKinds(runner)
+  return runner
+}
+
 describe('jobtable command', () => {
   it('prints help for every command with exit 0, and refuses bad command lines with exit 2', async () => {
     for (const command of [[], ['serve'], ['worker'], ['migrate'], ['jobs']]) {
@@ -93,7 +120,7 @@ describe('jobtable command', () => {
       expect(await c.exit, command.join(' ')).toBe(0)
       expect(c.stdout).toContain(`Usage: jobtable ${command[0] ?? '<command>'}`)
     }
-    for (const args of [[], ['frobnicate'], ['serve', '--bogus'], ['serve', '--kinds', KINDS, '--workers', 'many'], ['serve', '--port', '70000', '--kinds', KINDS], ['worker'], ['jobs'], ['jobs', 'show'], ['jobs', 'list', '--status', 'done'], ['migrate', '--log-level', 'loud']]) {
+    for (const args of [[], ['frobnicate'], ['serve', '--bogus'], ['serve', '--kinds', KINDS, '--workers', 'many'], ['serve', '--port', '70000', '--kinds', KINDS], ['worker'], ['jobs'], ['jobs', 'show'], ['jobs', 'list', '--status', 'done'], ['migrate', '--log-level', 'loud'], ['worker', '--kinds', KINDS, '--stop-timeout', 'soon'], ['serve', '--kinds', KINDS, '--stop-timeout', '-1']]) {
       const c = cli(args)
       expect(await c.exit, args.join(' ')).toBe(2)
       expect(c.stderr, args.join(' ')).toMatch(/^jobtable: |Usage: jobtable/)
@@ -176,6 +203,81 @@ describe('jobtable command', () => {
     c.proc.kill('SIGTERM')
     expect(await c.exit).toBe(143)
     expect(c.stderr).toContain('second signal')
+  })
+
+  it('an idle worker stays up on its own, and runs a job another process enqueues later', async () => {
+    const db = join(dir, 'idle.db')
+    const worker = cli(['worker', '--kinds', KINDS, '-d', db])
+    await pollWhileUp(worker, async () => worker.stderr, (text) => text.includes('jobtable worker running'))
+    const side = sideRunner(db)
+    try {
+      const id = await side.enqueue('echo', { text: 'later' })
+      // Noticed by the worker's poll of the file, since this process's wake cannot reach it.
+      const job = await pollWhileUp(worker, () => side.get(id), (j) => j.status === 'succeeded')
+      expect(job.result).toEqual({ length: 5 })
+    } finally {
+      await side.close()
+    }
+    worker.proc.kill('SIGTERM')
+    expect(await worker.exit).toBe(0)
+    expect(logLines(worker).at(-1)!.msg).toBe('stopped')
+  })
+
+  it('serve --workers 0 stays up on its HTTP server alone, answering, until SIGTERM (exit 0)', async () => {
+    const c = cli(['serve', '--workers', '0', '--port', '0', '-d', join(dir, 'api-only.db')])
+    const [, url] = await c.waitFor(/API at (http:\/\/[^/\s]+)\/api\/v1\/jobs/)
+    const page = await fetch(`${url}/api/v1/jobs`)
+    expect(page.status).toBe(200)
+    expect(await page.json()).toMatchObject({ jobs: [] })
+    expect(c.proc.exitCode).toBe(null)
+    c.proc.kill('SIGTERM')
+    expect(await c.exit).toBe(0)
+    expect(logLines(c).at(-1)!.msg).toBe('stopped')
+  })
+
+  it('worker: --stop-timeout ends the stop of a handler that ignores its signal, exit 0, its job left running for the next start to fail as interrupted', async () => {
+    const db = join(dir, 'stubborn.db')
+    const worker = cli(['worker', '--kinds', KINDS, '--stop-timeout', '500', '-d', db])
+    await pollWhileUp(worker, async () => worker.stderr, (text) => text.includes('jobtable worker running'))
+    const side = sideRunner(db)
+    try {
+      const id = await side.enqueue('stubborn', {})
+      // Its handler has published: it is running, and will never return.
+      await pollWhileUp(worker, () => side.get(id), (j) => j.status === 'running' && j.result !== null)
+      worker.proc.kill('SIGTERM')
+      expect(await worker.exit).toBe(0)
+      const lines = logLines(worker)
+      expect(lines.some((l) => l.level === 30 && l.stop_timeout_ms === 500 && String(l.msg).startsWith('stopping'))).toBe(true)
+      // The runner's count of handlers it left, under the timeout the flag gave.
+      expect(lines.some((l) => l.level === 40 && l.running === 1 && l.timeout_ms === 500)).toBe(true)
+      expect(lines.at(-1)!.msg).toBe('stopped')
+      expect(lines.some((l) => String(l.msg).startsWith('second signal'))).toBe(false)
+      expect(await side.get(id)).toMatchObject({ id, status: 'running' })
+      // The next start on the file fails it as interrupted.
+      await side.start()
+      expect(await side.get(id)).toMatchObject({ id, status: 'failed', error: 'interrupted by restart' })
+    } finally {
+      await side.close()
+    }
+  })
+
+  it('worker: a claim the database refuses for good (its table renamed away) stops the workers with an error line and exit 1', async () => {
+    const db = join(dir, 'broken.db')
+    const worker = cli(['worker', '--kinds', KINDS, '-d', db])
+    await pollWhileUp(worker, async () => worker.stderr, (text) => text.includes('jobtable worker running'))
+    const raw = new Database(db)
+    try {
+      raw.pragma('busy_timeout = 5000')
+      // The change to the file makes the idle worker claim, and its claim finds no table: SQLITE_ERROR, never transient.
+      raw.exec('ALTER TABLE jobtable_jobs RENAME TO jobtable_jobs_gone')
+    } finally {
+      raw.close()
+    }
+    expect(await worker.exit).toBe(1)
+    const lines = logLines(worker)
+    const fatal = lines.find((l) => l.msg === 'workers stopped on a database error')
+    expect(fatal).toMatchObject({ level: 50, error: 'DatabaseError (database_error)', db_code: 'SQLITE_ERROR' })
+    expect(lines.at(-1)!.msg).toBe('stopped')
   })
 
   it('migrates, lists and shows jobs as JSON, and answers an unknown id with exit 1', async () => {
