@@ -1,4 +1,4 @@
-import { execFile } from 'node:child_process'
+import { execFile, spawn } from 'node:child_process'
 import { mkdtempSync, rmSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
@@ -34,5 +34,42 @@ describe('examples', () => {
       ['meal_plan', 'succeeded', null],
     ])
     expect(stdout).not.toContain('providerCost')
+  })
+
+  it('deploy/worker.ts stays up while idle, runs what deploy/web.ts (no handlers) enqueues later, and exits 0 on SIGTERM', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'jobtable-example-'))
+    dirs.push(dir)
+    const env = { ...process.env, JOBTABLE_DATABASE: join(dir, 'app.db') }
+    const worker = spawn(process.execPath, ['--import', 'tsx', '--conditions=source', 'examples/deploy/worker.ts'], { env, stdio: ['ignore', 'pipe', 'pipe'] })
+    const exited = new Promise<number | string | null>((resolve) => worker.on('exit', (code, signal) => resolve(signal ?? code)))
+    let out = ''
+    await new Promise<void>((resolve, reject) => {
+      worker.stdout.on('data', (chunk: Buffer) => {
+        out += chunk.toString()
+        if (out.includes('worker ready')) resolve()
+      })
+      void exited.then((how) => reject(new Error(`the worker exited (${how}) before it was ready`)))
+    })
+    // The worker idles (nothing queued) while another process starts, enqueues, and exits.
+    const { stdout } = await run(process.execPath, ['--import', 'tsx', '--conditions=source', 'examples/deploy/web.ts'], { env })
+    const id = /enqueued meal_plan (\S+): queued/.exec(stdout)?.[1]
+    expect(id).toBeDefined()
+    const reader = new Runner({ driver: sqlite({ path: env.JOBTABLE_DATABASE }), logger: captureLogs() })
+    try {
+      // The worker notices another process's commit within its poll interval (1 s).
+      for (;;) {
+        const job = await reader.get(id!)
+        if (job.status === 'succeeded') {
+          expect(job.result).toEqual({ days: [{ day: 1, dinner: 'lentil soup' }, { day: 2, dinner: 'risotto' }, { day: 3, dinner: 'tacos' }] })
+          break
+        }
+        expect(worker.exitCode).toBeNull()
+        await new Promise((r) => setTimeout(r, 50))
+      }
+    } finally {
+      await reader.close()
+    }
+    worker.kill('SIGTERM')
+    expect(await exited).toBe(0)
   })
 })

@@ -121,6 +121,8 @@ export class Runner<D extends Driver = Driver> {
   #starting: Promise<void> | undefined
   #stopped: Promise<void> | undefined
   #unwake: (() => void) | undefined
+  /** Resolved once a started runner has stopped: what wait() waits for. */
+  readonly #ended = deferred()
   /** Holds the process open while the runner is started: every other timer of the runner is unref'd. */
   #keepAlive: NodeJS.Timeout | undefined
 
@@ -318,6 +320,7 @@ export class Runner<D extends Driver = Driver> {
     await this.#liveness?.stop()
     clearInterval(this.#keepAlive)
     this.#state = 'stopped'
+    this.#ended.resolve()
   }
 
   /**
@@ -326,14 +329,7 @@ export class Runner<D extends Driver = Driver> {
    * failed with an error that can never succeed.
    */
   async wait(): Promise<void> {
-    if (this.#state !== 'new') {
-      await this.#starting
-      await new Promise<void>((resolve) => {
-        const check = () => (this.#stopped === undefined ? setImmediate(check) : resolve())
-        check()
-      })
-    }
-    await this.#stopped
+    if (this.#state !== 'new') await this.#ended.promise
     if (this.#fatal !== undefined) throw this.#fatal
   }
 
@@ -370,6 +366,13 @@ export class Runner<D extends Driver = Driver> {
     const last = page[page.length - 1]
     return { jobs: page.map(toJob), nextCursor: rows.length > limit && last ? encodeCursor(last.id) : null }
   }
+}
+
+/** A promise with its resolve function outside (Promise.withResolvers is Node 22). */
+function deferred(): { promise: Promise<void>; resolve: () => void } {
+  let resolve!: () => void
+  const promise = new Promise<void>((r) => (resolve = r))
+  return { promise, resolve }
 }
 
 function checkMs(name: string, value: unknown): void {
