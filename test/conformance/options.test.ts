@@ -2,7 +2,8 @@ import { existsSync, mkdtempSync, rmSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { afterEach, describe, expect, it } from 'vitest'
-import { ConfigError, JobtableError, Runner } from 'jobtable'
+import { z } from 'zod'
+import { ConfigError, defineKind, JobtableError, Runner } from 'jobtable'
 import { createApi, listen, type Api } from 'jobtable/http'
 import { postgres } from 'jobtable/postgres'
 import { sqlite } from 'jobtable/sqlite'
@@ -98,5 +99,56 @@ describe('unknown options are refused, naming the key', () => {
     const listening = await listen(api, { host: '127.0.0.1', port: 0, requestTimeoutMs: 5_000, headersTimeoutMs: 5_000, timeoutCheckMs: 1_000 })
     opened.push(listening)
     expect(await (await fetch(listening.url)).text()).toBe('ok')
+  })
+})
+
+describe('the runner refuses unknown options, naming the key, and stores nothing', () => {
+  let dir: string
+  let runner: Runner
+  afterEach(async () => {
+    await runner?.close()
+    rmSync(dir, { recursive: true, force: true })
+  })
+  function fresh(): Runner {
+    dir = mkdtempSync(join(tmpdir(), 'jobtable-options-'))
+    runner = new Runner({ driver: sqlite({ path: join(dir, 'jobs.db') }), logger: captureLogs() })
+    return runner
+  }
+  const payload = z.strictObject({ n: z.number() })
+
+  it('Runner options', async () => {
+    const r = fresh()
+    const err = await thrown(() => new Runner({ driver: r.driver, wrokers: 2 } as never))
+    expect(err).toBeInstanceOf(ConfigError)
+    expectRefusal(err, 'wrokers', 'invalid_config')
+  })
+
+  it('enqueue options: a delayMs the runner does not know never runs a job at once', async () => {
+    const r = fresh()
+    const kind = r.register('echo', { payload, handler: () => undefined })
+    expectRefusal(await thrown(() => kind.enqueue({ n: 1 }, { delayMs: 800 } as never)), 'delayMs', 'invalid_argument')
+    expectRefusal(await thrown(() => kind.enqueueMany([{ n: 1 }], { priority: 1 } as never)), 'priority', 'invalid_argument')
+    expectRefusal(await thrown(() => r.enqueue('echo', { n: 1 }, { runAt: 0 } as never)), 'runAt', 'invalid_argument')
+    expect((await r.list()).jobs).toEqual([])
+  })
+
+  it('register and defineKind: retry, concurrency or a misspelled field are refused', async () => {
+    const r = fresh()
+    for (const key of ['retry', 'concurrency', 'failure']) {
+      const err = await thrown(() => r.register('echo', { payload, handler: () => undefined, [key]: 1 } as never))
+      expect((err as JobtableError).code).toBe('invalid_registration')
+      expect((err as Error).message).toContain(`unknown option ${JSON.stringify(key)}`)
+    }
+    const err = await thrown(() => defineKind('echo', { payload, handler: () => undefined } as never))
+    expect((err as Error).message).toContain('unknown option "handler"')
+  })
+
+  it('list, get and stop options', async () => {
+    const r = fresh()
+    r.register('echo', { payload, handler: () => undefined })
+    expectRefusal(await thrown(() => r.list({ limt: 5 } as never)), 'limt', 'invalid_argument')
+    expectRefusal(await thrown(() => r.get('00000000-0000-7000-8000-000000000000', { scop: 'h' } as never)), 'scop', 'invalid_argument')
+    await r.start()
+    expectRefusal(await thrown(() => r.stop({ timeout: 5 } as never)), 'timeout', 'invalid_argument')
   })
 })
