@@ -219,7 +219,7 @@ async function drainShaped(client: pg.Client, schema: string, jobs: number, work
   const q = queries(`"${schema}"`)
   let done = 0
   const t0 = performance.now()
-  let claimed = (await client.query<Claimed>(prepared(q.claimJobs, [workers, 'floor', Date.now()]))).rows
+  let claimed = (await client.query<Claimed>(prepared(q.claimJobs, [workers, 'floor', Date.now(), ['noop']]))).rows
   while (claimed.length > 0) {
     const next = await finishAndClaim(client, q, claimed, workers)
     done += claimed.length
@@ -280,6 +280,7 @@ async function finishAndClaim(client: pg.Client, q: ReturnType<typeof queries>, 
       Date.now(),
       workers,
       'floor',
+      ['noop'],
     ]),
   )
   return rows.filter((r) => r.part === 'c')

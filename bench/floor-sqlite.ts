@@ -216,15 +216,15 @@ interface ShapedClaim {
  * (untimed) that every job succeeded. Returns jobs/s.
  */
 export function drainShaped(db: Database.Database, workers: number): number {
-  const claim = db.prepare(sql.claimJobs)
+  const claim = db.prepare(sql.claimJobs(1))
   const finish = db.prepare(sql.finishJob)
   const cycle = db.transaction((jobs: readonly ShapedClaim[], now: number): ShapedClaim[] => {
     for (const j of jobs) finish.run({ id: j.id, attempt: j.attempt, status: 'succeeded', result: 'null', error: null, now })
-    return claim.all({ limit: workers, runnerId: 'floor', now }) as ShapedClaim[]
+    return claim.all({ limit: workers, runnerId: 'floor', k0: 'noop', now }) as ShapedClaim[]
   }).immediate
   let done = 0
   const t0 = performance.now()
-  let jobs = claim.all({ limit: workers, runnerId: 'floor', now: Date.now() }) as ShapedClaim[]
+  let jobs = claim.all({ limit: workers, runnerId: 'floor', k0: 'noop', now: Date.now() }) as ShapedClaim[]
   while (jobs.length > 0) {
     const next = cycle(jobs, Date.now())
     done += jobs.length

@@ -95,7 +95,9 @@ export class SqliteDriver implements Driver<SqliteDatabase, true> {
   /** Set when jobtable writes through the application's handle (a database in memory): no write while it is in a transaction. */
   readonly #sharesApp: boolean
   readonly #insert: Database.Statement
-  readonly #claim: Database.Statement
+  /** claimJobs statements by kind count, and each kinds array's parameters, made once. */
+  readonly #claims = new Map<number, Database.Statement>()
+  readonly #claimParams = new WeakMap<readonly string[], Record<string, unknown>>()
   readonly #publish: Database.Statement
   readonly #finish: Database.Statement
   readonly #failInterrupted: Database.Statement
@@ -107,8 +109,6 @@ export class SqliteDriver implements Driver<SqliteDatabase, true> {
   readonly #requeueLost: Database.Statement
   readonly #unservedKinds: Database.Statement
   readonly #failUnserved: Database.Statement
-  /** The JSON text of each kinds array a runner claims with: made once, not per claim. */
-  readonly #kindsJson = new WeakMap<readonly string[], string>()
   readonly #sweep: (gone: readonly string[], runnerId: string, error: string, now: number) => number
   readonly #locks: RunnerLocks
   readonly #pollIntervalMs: number
@@ -123,7 +123,7 @@ export class SqliteDriver implements Driver<SqliteDatabase, true> {
   readonly #insertMany: (jobs: readonly NewJob[], now: number) => void
   readonly #releaseMany: (jobs: readonly { id: string; attempt: number }[], now: number) => void
   readonly #finishMany: (finishes: readonly JobFinish[], now: number) => boolean[]
-  readonly #finishManyAndClaim: (finishes: readonly JobFinish[], now: number, limit: number, runnerId: string, kinds: string) => FinishAndClaimResult
+  readonly #finishManyAndClaim: (finishes: readonly JobFinish[], now: number, limit: number, runnerId: string, kinds: readonly string[]) => FinishAndClaimResult
   #closed = false
 
   constructor(options: SqliteOptions) {
@@ -167,7 +167,6 @@ export class SqliteDriver implements Driver<SqliteDatabase, true> {
     // The application's synchronous setting, if it asked for one, applies to its handle too.
     if (app !== undefined && synchronous !== undefined && !this.#sharesApp) app.pragma(`synchronous = ${SYNCHRONOUS[synchronous]}`)
     this.#insert = this.#writer.prepare(sql.insertJob)
-    this.#claim = this.#writer.prepare(sql.claimJobs)
     this.#publish = this.#writer.prepare(sql.publishResult)
     this.#finish = this.#writer.prepare(sql.finishJob)
     this.#failInterrupted = this.#writer.prepare(sql.failInterrupted)
@@ -197,7 +196,7 @@ export class SqliteDriver implements Driver<SqliteDatabase, true> {
     }).immediate
     this.#finishMany = this.#writer.transaction((finishes: readonly JobFinish[], now: number) => this.#finishEach(finishes, now)).immediate
     this.#finishManyAndClaim = this.#writer.transaction(
-      (finishes: readonly JobFinish[], now: number, limit: number, runnerId: string, kinds: string) => ({
+      (finishes: readonly JobFinish[], now: number, limit: number, runnerId: string, kinds: readonly string[]) => ({
         applied: this.#finishEach(finishes, now),
         claimed: this.#claimRows(limit, runnerId, kinds, now),
       }),
@@ -236,8 +235,21 @@ export class SqliteDriver implements Driver<SqliteDatabase, true> {
     )
   }
 
-  #claimRows(limit: number, runnerId: string, kinds: string, now: number): ClaimedJob[] {
-    const rows = this.#claim.all({ limit, runnerId, kinds, now }) as (ClaimedJob & { seq: number })[]
+  #claimRows(limit: number, runnerId: string, kinds: readonly string[], now: number): ClaimedJob[] {
+    let params = this.#claimParams.get(kinds)
+    if (params === undefined) {
+      params = Object.fromEntries(kinds.map((k, i) => [`k${i}`, k]))
+      this.#claimParams.set(kinds, params)
+    }
+    let claim = this.#claims.get(kinds.length)
+    if (claim === undefined) {
+      claim = this.#writer.prepare(sql.claimJobs(kinds.length))
+      this.#claims.set(kinds.length, claim)
+    }
+    params.limit = limit
+    params.runnerId = runnerId
+    params.now = now
+    const rows = claim.all(params) as (ClaimedJob & { seq: number })[]
     // RETURNING promises no order; workers start oldest first.
     for (let i = 1; i < rows.length; i++) {
       if (rows[i - 1]!.seq > rows[i]!.seq) return rows.sort((a, b) => a.seq - b.seq)
@@ -262,16 +274,6 @@ export class SqliteDriver implements Driver<SqliteDatabase, true> {
     return run(operation, fn)
   }
 
-  /** The JSON text of a kinds array, made once per array. */
-  #kinds(kinds: readonly string[]): string {
-    let json = this.#kindsJson.get(kinds)
-    if (json === undefined) {
-      json = JSON.stringify(kinds)
-      this.#kindsJson.set(kinds, json)
-    }
-    return json
-  }
-
   async jobInsertMany({ jobs, now }: { jobs: readonly NewJob[]; now: number }): Promise<void> {
     // A single statement is its own transaction: no BEGIN and COMMIT around a lone insert.
     if (jobs.length === 1) this.#write('insert jobs', () => this.#insertOne(this.#insert, jobs[0]!, now))
@@ -292,7 +294,7 @@ export class SqliteDriver implements Driver<SqliteDatabase, true> {
   }
 
   async jobClaim({ limit, runnerId, kinds, now }: ClaimParams & { now: number }): Promise<ClaimedJob[]> {
-    return this.#write('claim jobs', () => this.#claimRows(limit, runnerId, this.#kinds(kinds), now))
+    return this.#write('claim jobs', () => this.#claimRows(limit, runnerId, kinds, now))
   }
 
   async jobRelease({ jobs, now }: { jobs: readonly { id: string; attempt: number }[]; now: number }): Promise<void> {
@@ -312,8 +314,7 @@ export class SqliteDriver implements Driver<SqliteDatabase, true> {
   }
 
   async jobFinishManyAndClaim({ finishes, now, claim }: FinishAndClaimParams): Promise<FinishAndClaimResult> {
-    const kinds = this.#kinds(claim.kinds)
-    return this.#write('finish and claim jobs', () => this.#finishManyAndClaim(finishes, now, claim.limit, claim.runnerId, kinds))
+    return this.#write('finish and claim jobs', () => this.#finishManyAndClaim(finishes, now, claim.limit, claim.runnerId, claim.kinds))
   }
 
   /** The kinds of the runners on this file whose lock proves them alive, as a JSON array. */

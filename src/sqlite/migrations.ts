@@ -1,4 +1,5 @@
 import type Database from 'better-sqlite3'
+import type { SqliteDatabase } from './database.js'
 import { SchemaVersionError } from '../errors.js'
 
 /**
@@ -87,7 +88,9 @@ export const SCHEMA_VERSION = MIGRATIONS.length
  * exactly once: the second waits for the first's lock, then finds nothing
  * to do.
  */
-export function migrate(db: Database.Database, target = SCHEMA_VERSION): void {
+export function migrate(database: SqliteDatabase, target = SCHEMA_VERSION): void {
+  // Typed by shape in the public signature; it is a better-sqlite3 Database (see SqliteDatabase).
+  const db = database as Database.Database
   db.transaction(() => {
     db.exec('CREATE TABLE IF NOT EXISTS jobtable_migrations (version INTEGER PRIMARY KEY, applied_at INTEGER NOT NULL) STRICT')
     const row = db.prepare('SELECT max(version) AS version FROM jobtable_migrations').get() as { version: number | null }
