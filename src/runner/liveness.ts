@@ -24,7 +24,8 @@ export class Liveness {
   readonly #logger: Logger
   readonly #clock: () => number
   #timer: NodeJS.Timeout | undefined
-  #beating = false
+  /** The heartbeat in flight, if any: the next tick is skipped while it is set, and stop() waits for it. */
+  #beat: Promise<void> | undefined
 
   constructor(driver: Driver, runnerId: string, kinds: readonly string[], logger: Logger, clock: () => number) {
     this.#driver = driver
@@ -48,6 +49,10 @@ export class Liveness {
   async stop(): Promise<void> {
     clearInterval(this.#timer)
     this.#timer = undefined
+    // A heartbeat in flight must land before the unregister: landing after it, it would find no
+    // row, take the lease for lost and register the stopped runner again, and touch a driver
+    // the caller may be closing.
+    await this.#beat
     try {
       await this.#driver.runnerUnregister({ runnerId: this.#runnerId })
     } catch (err) {
@@ -60,9 +65,12 @@ export class Liveness {
     return this.#driver.runnerRegister({ runnerId: this.#runnerId, kinds: this.#kinds, now: this.#clock() })
   }
 
-  async #heartbeat(): Promise<void> {
-    if (this.#beating) return
-    this.#beating = true
+  #heartbeat(): Promise<void> {
+    this.#beat ??= this.#renew().finally(() => (this.#beat = undefined))
+    return this.#beat
+  }
+
+  async #renew(): Promise<void> {
     try {
       const held = await this.#driver.runnerHeartbeat({ runnerId: this.#runnerId, now: this.#clock() })
       if (held) return
@@ -70,8 +78,6 @@ export class Liveness {
       await this.#register()
     } catch (err) {
       this.#logger.error({ error: errorCode(err) }, 'renew runner lease failed; retrying at the next heartbeat')
-    } finally {
-      this.#beating = false
     }
   }
 }
