@@ -1,7 +1,7 @@
 import pg from 'pg'
 import { afterEach, beforeEach, describe, expect, it } from 'vitest'
 import { z } from 'zod'
-import { CODE_INTERRUPTED, Runner } from 'jobtable'
+import { CODE_INTERRUPTED, defineKind, Runner } from 'jobtable'
 import { postgres } from 'jobtable/postgres'
 import { PG_URL, postgresBackend, testSchema } from '../support/backends.js'
 import { eventually, spawnWorker, type WorkerProcess } from './processes.js'
@@ -55,6 +55,26 @@ describe.skipIf(skip !== undefined)('postgres: many processes on one database', 
   /** Job id → how many times its handler started, from the ledger. */
   const ledger = async () =>
     new Map((await q<{ job_id: string; n: string }>(`SELECT job_id, count(*) AS n FROM "${schema}".ledger GROUP BY job_id`)).map((r) => [r.job_id, Number(r.n)]))
+
+  it('a rolling deploy: two processes of the old version (no new kind) beside two of the new; every job runs exactly once, on a process that has its kind, none fails', async () => {
+    const olds = start(2, { JT_KINDS: 'ledgered' })
+    const news = start(2, { JT_KINDS: 'ledgered,ledgered_v2' })
+    const newIds = await Promise.all(news.map((p) => p.ready))
+    await Promise.all(olds.map((p) => p.ready))
+    const driver = postgres({ connectionString: PG_URL, schema })
+    const web = new Runner({ driver, logger: silent })
+    const payload = z.strictObject({ ms: z.number().int() })
+    const added = await web.register(defineKind('ledgered_v2', { payload })).enqueueMany(Array.from({ length: 1000 }, () => ({ ms: 0 })))
+    const old = await web.register(defineKind('ledgered', { payload })).enqueueMany(Array.from({ length: 1000 }, () => ({ ms: 0 })))
+    await web.close()
+    await eventually(async () => (await unfinished()) === 0)
+    expect(await q(`SELECT status, error, count(*)::int AS n FROM "${schema}".jobs GROUP BY status, error`)).toEqual([{ status: 'succeeded', error: null, n: 2000 }])
+    const ranBy = new Map((await q<{ id: string; runner_id: string }>(`SELECT id, runner_id FROM "${schema}".jobs`)).map((r) => [r.id, r.runner_id]))
+    for (const id of added) expect(newIds).toContain(ranBy.get(id))
+    const starts = await ledger()
+    expect(starts.size).toBe(2000)
+    for (const id of [...added, ...old]) expect(starts.get(id)).toBe(1)
+  }, 60_000)
 
   it('4 processes x 8 workers run 20,000 jobs: every handler starts exactly once and every job succeeds', async () => {
     const procs = start(4)

@@ -4,7 +4,7 @@ import { join } from 'node:path'
 import Database from 'better-sqlite3'
 import { afterEach, beforeEach, describe, expect, it } from 'vitest'
 import { z } from 'zod'
-import { CODE_INTERRUPTED, Runner } from 'jobtable'
+import { CODE_INTERRUPTED, defineKind, Runner } from 'jobtable'
 import { sqlite } from 'jobtable/sqlite'
 import { FaultyDriver } from '../support/faults.js'
 import { captureLogs } from '../support/logs.js'
@@ -82,6 +82,24 @@ describe('sqlite: several processes on one file', () => {
     for (const id of ids) expect(starts.get(id)).toBe(1)
     expect(read(`SELECT status, count(*) AS n FROM jobtable_jobs GROUP BY status`)).toEqual([{ status: 'succeeded', n: 20_000 }])
   }, 180_000)
+
+  it('a rolling deploy: a process of the old version (no new kind) beside one of the new; every job runs exactly once, on a process that has its kind, none fails', async () => {
+    const enqueuer = runner()
+    const kinds = { old: enqueuer.register(defineKind('ledgered', { payload })), added: enqueuer.register(defineKind('ledgered_v2', { payload })) }
+    const [oldProc] = start(1, { JT_KINDS: 'ledgered' })
+    const [newProc] = start(1, { JT_KINDS: 'ledgered,ledgered_v2' })
+    const [oldId, newId] = await Promise.all([oldProc!.ready, newProc!.ready])
+    const added = await kinds.added.enqueueMany(Array.from({ length: 500 }, () => ({ ms: 0 })))
+    const old = await kinds.old.enqueueMany(Array.from({ length: 500 }, () => ({ ms: 0 })))
+    await eventually(async () => read<{ n: number }>(`SELECT count(*) AS n FROM jobtable_jobs WHERE status IN ('queued', 'running')`)[0]!.n === 0, 100)
+    expect(read(`SELECT status, error, count(*) AS n FROM jobtable_jobs GROUP BY status, error`)).toEqual([{ status: 'succeeded', error: null, n: 1000 }])
+    const ranBy = new Map(read<{ id: string; runner_id: string }>(`SELECT id, runner_id FROM jobtable_jobs`).map((r) => [r.id, r.runner_id]))
+    for (const id of added) expect(ranBy.get(id)).toBe(newId)
+    for (const id of old) expect([oldId, newId]).toContain(ranBy.get(id))
+    const starts = ledger()
+    expect(starts.size).toBe(1000)
+    for (const id of [...added, ...old]) expect(starts.get(id)).toBe(1)
+  }, 60_000)
 
   it("a starting runner leaves a live process's running jobs alone; once that process is killed, a sweep fails them as interrupted", async () => {
     const enqueuer = runner()

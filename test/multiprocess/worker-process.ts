@@ -9,7 +9,10 @@
  *   goes on: a table `<schema>.ledger (job_id, token)` on PostgreSQL, or a
  *   SQLite file of this process's own (`<JT_LEDGER>-<pid>.db`).
  *
- * The `ledgered` kind records its start, then waits `ms` milliseconds.
+ * - JT_KINDS: the kinds it has handlers for, comma-separated (default
+ *   `ledgered`).
+ *
+ * Each kind records its start, then waits `ms` milliseconds.
  * Prints `ready <runner id>` once started; SIGTERM closes the runner.
  */
 import { randomUUID } from 'node:crypto'
@@ -72,16 +75,18 @@ if (backend === 'postgres') {
 }
 
 const runner = new Runner({ driver, workers, logger })
-runner.register('ledgered', {
-  payload: z.strictObject({ ms: z.number().int() }),
-  handler: async ({ ms }, job) => {
-    await record(job.id)
-    if (ms > 0) await new Promise((r) => setTimeout(r, ms))
-  },
-})
+// JT_KINDS: the kinds this process has handlers for (default `ledgered`); a
+// rolling deploy runs processes of an older set beside a newer one.
+for (const kind of (process.env['JT_KINDS'] ?? 'ledgered').split(',')) {
+  runner.register(kind, {
+    payload: z.strictObject({ ms: z.number().int() }),
+    handler: async ({ ms }, job) => {
+      await record(job.id)
+      if (ms > 0) await new Promise((r) => setTimeout(r, ms))
+    },
+  })
+}
 await runner.start()
-// A runner alone keeps nothing open on SQLite; this process exists to run it.
-setInterval(() => undefined, 1 << 30)
 process.stdout.write(`ready ${runner.id}\n`)
 process.on('SIGTERM', () => {
   void runner.close().then(() => process.exit(0))
