@@ -43,7 +43,7 @@ export async function serve(ctx: CliContext, mode: 'serve' | 'worker'): Promise<
   const stopTimeoutMs = intFlag('stop-timeout', str('stop-timeout'), 20_000, 0, 3_600_000)
   const kindsPath = str('kinds')
   if (kindsPath === undefined && workers > 0) {
-    throw new UsageError('--kinds is required: a worker without the kinds would fail every job it claims with unknown_kind')
+    throw new UsageError('--kinds is required: a worker without handlers has no kinds to claim')
   }
   if (v.demo === true && kindsPath === undefined) throw new UsageError('--demo needs --kinds')
   const database = databaseOf(str('database'), ctx.env)
