@@ -1,7 +1,7 @@
 import { describe, expectTypeOf, it } from 'vitest'
 import { z } from 'zod'
 import type Database from 'better-sqlite3'
-import { JobFailure, Runner, type Kind } from 'jobtable'
+import { defineKind, JobFailure, Runner, type Kind } from 'jobtable'
 import { sqlite, type SqliteDatabase, type SqliteDriver } from 'jobtable/sqlite'
 
 // Type-level tests: `npm test` runs tsc over this file before vitest, so an
@@ -87,5 +87,61 @@ describe('types', () => {
     if (thrown instanceof JobFailure) expectTypeOf(thrown.code).toEqualTypeOf<string>()
     if (thrown instanceof ProviderDown) expectTypeOf(thrown.retryAfterS).toEqualTypeOf<number>()
     void fail
+  })
+
+  it('types flow from one definition: the producer enqueues its input, the handler sees its output, result and codes are checked', () => {
+    const plan = defineKind('meal_plan', {
+      // servings has a default: optional to enqueue, always there for the handler.
+      payload: z.strictObject({ household: z.string(), days: z.number().int().max(14), servings: z.number().int().default(2) }),
+      result: (p: { days: number[] }) => ({ days: p.days.length }),
+      failures: ['provider_unavailable'],
+    })
+    type Input = { household: string; days: number; servings?: number | undefined }
+    type Output = { household: string; days: number; servings: number }
+
+    // A producer: the definition alone.
+    const web = typedRunner()
+    const enqueuer = web.register(plan)
+    expectTypeOf(enqueuer).toEqualTypeOf<Kind<Input, SqliteDriver>>()
+    void (async () => {
+      await enqueuer.enqueue({ household: 'h', days: 7 })
+      await enqueuer.enqueue({ household: 'h', days: 7, servings: 4 })
+      // @ts-expect-error wrong field type
+      await enqueuer.enqueue({ household: 'h', days: '7' })
+      // @ts-expect-error missing field
+      await enqueuer.enqueue({ days: 7 })
+      // @ts-expect-error unknown field
+      await enqueuer.enqueue({ household: 'h', days: 7, nights: 7 })
+    })
+
+    // A worker: the same definition with its handler.
+    const worker = typedRunner()
+    const handled = worker.register(plan, async (payload, job) => {
+      expectTypeOf(payload).toEqualTypeOf<Output>()
+      await job.publish({ days: [1] })
+      // @ts-expect-error a partial result has the projection's parameter type
+      await job.publish({ nights: 1 })
+      // @ts-expect-error only the declared codes
+      if (payload.days > 13) job.fail('typo')
+      if (payload.days > 12) job.fail('provider_unavailable')
+      if (payload.days > 11) throw plan.failure('provider_unavailable')
+      // @ts-expect-error only the declared codes
+      if (payload.days > 10) throw plan.failure('typo')
+      return { days: [1] }
+    })
+    expectTypeOf(handled).toEqualTypeOf<Kind<Input, SqliteDriver>>()
+    expectTypeOf(plan.failure('provider_unavailable')).toEqualTypeOf<JobFailure<'provider_unavailable'>>()
+
+    // The handler's result is the projection's parameter type.
+    // (Not called: one registration per kind and runner.)
+    const other = typedRunner()
+    // @ts-expect-error a result of another shape
+    void (() => other.register(plan, async () => ({ nights: 1 })))
+    // @ts-expect-error a synchronous handler is held to it too
+    void (() => other.register(plan, () => ({ days: 1 })))
+    void (() => other.register(plan, () => ({ days: [1, 2] })))
+    void web.close()
+    void worker.close()
+    void other.close()
   })
 })
