@@ -14,6 +14,7 @@ import type {
 } from '../driver.js'
 import { ConfigError, DatabaseError, JobtableError } from '../errors.js'
 import { checkKeys } from '../options.js'
+import { type AbortLike, Deadlines } from './deadlines.js'
 import { NotificationListener } from './listener.js'
 import { migrateSchema } from './migrations.js'
 import { NOTIFY_CHANNEL, queries, type Queries } from './queries.js'
@@ -125,7 +126,7 @@ export class PostgresDriver implements Driver<PgQueryable, false> {
   readonly #pollIntervalMs: number
   readonly #leaseMs: number
   readonly #prepared: boolean
-  readonly #statementTimeoutMs: number
+  readonly #deadlines: Deadlines
   #migrated: Promise<void> | undefined
   readonly #wakers = new Set<() => void>()
   #poll: NodeJS.Timeout | undefined
@@ -161,7 +162,7 @@ export class PostgresDriver implements Driver<PgQueryable, false> {
     this.#pollIntervalMs = pollIntervalMs
     this.#leaseMs = leaseMs
     this.#prepared = preparedStatements
-    this.#statementTimeoutMs = statementTimeoutMs
+    this.#deadlines = new Deadlines(statementTimeoutMs)
     this.capabilities = { txSync: false, liveness: { heartbeatMs: Math.floor(leaseMs / 3), sweepMs: sweepIntervalMs } }
     this.#ownsPool = pool === undefined
     this.#pool = pool ?? new pg.Pool({ connectionString, connectionTimeoutMillis: 5_000, keepAlive: true })
@@ -337,6 +338,7 @@ export class PostgresDriver implements Driver<PgQueryable, false> {
     this.#stopWaking()
     await listener?.stop()
     if (this.#ownsPool) await this.#pool.end()
+    this.#deadlines.stop()
   }
 
   /**
@@ -365,13 +367,14 @@ export class PostgresDriver implements Driver<PgQueryable, false> {
     signal?: AbortSignal,
   ): Promise<pg.QueryResult<R>> {
     let client: pg.PoolClient | undefined
-    signal ??= AbortSignal.timeout(this.#statementTimeoutMs)
+    const deadline = signal === undefined ? this.#deadlines.start() : undefined
+    const bound: AbortLike = signal ?? deadline!
     try {
-      await abortable(this.migrate(), signal)
-      client = await abortable(this.#pool.connect(), signal, (late) => late.release())
+      await abortable(this.migrate(), bound)
+      client = await abortable(this.#pool.connect(), bound, (late) => late.release())
       client.on('error', ignore)
       const query = this.#prepared ? { name: statementName(text), text, values } : { text, values }
-      const res = await abortable(client.query<R>(query), signal)
+      const res = await abortable(client.query<R>(query), bound)
       client.off('error', ignore)
       client.release()
       return res
@@ -381,6 +384,8 @@ export class PostgresDriver implements Driver<PgQueryable, false> {
       // A connection that failed or timed out is not put back for reuse.
       client?.release(!isStatementError(err))
       throw toDatabaseError(operation, err)
+    } finally {
+      if (deadline !== undefined) this.#deadlines.done(deadline)
     }
   }
 }
@@ -447,7 +452,7 @@ function insertValues(jobs: readonly NewJob[], now: number): unknown[] {
 class Aborted extends Error {}
 
 /** Settles like `promise`, or rejects once `signal` aborts; a value that arrives late goes to `late`. */
-function abortable<T>(promise: Promise<T>, signal: AbortSignal | undefined, late?: (value: T) => void): Promise<T> {
+function abortable<T>(promise: Promise<T>, signal: AbortLike | undefined, late?: (value: T) => void): Promise<T> {
   if (signal === undefined) return promise
   return new Promise<T>((resolve, reject) => {
     let done = false

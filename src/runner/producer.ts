@@ -23,6 +23,8 @@ interface Execution {
    * about 3 µs, a tenth of a short job's whole cost in bench/ (drain).
    */
   controller: AbortController | undefined
+  /** Set once its handler has returned or thrown (its final write may still be on its way). */
+  returned: boolean
   /** Set when stop() gave up waiting for it: whatever it ends with is not recorded. */
   abandoned: boolean
   done: Promise<void>
@@ -108,7 +110,7 @@ export class Producer implements Piggyback {
    * final write has landed or been given up, or once `timeoutMs` has
    * passed. Resolves to how many handlers were still running then: their
    * jobs stay running in the database, and nothing they end with is
-   * recorded.
+   * recorded (a final write already on its way may still land).
    */
   async stop(timeoutMs: number): Promise<number> {
     this.#stopping.abort()
@@ -121,9 +123,13 @@ export class Producer implements Piggyback {
     } finally {
       clearTimeout(timer)
     }
-    for (const e of this.#executions.values()) e.abandoned = true
+    let running = 0
+    for (const e of this.#executions.values()) {
+      e.abandoned = true
+      if (!e.returned) running++
+    }
     await this.#release(this.#prefetched.splice(0))
-    return this.#executions.size
+    return running
   }
 
   async #drain(): Promise<void> {
@@ -249,7 +255,7 @@ export class Producer implements Piggyback {
   /** Starts a claimed job on an idle worker; when it ends, the worker looks for work again. */
   #start(job: ClaimedJob): void {
     this.#idle--
-    const execution: Execution = { job, controller: undefined, abandoned: false, done: Promise.resolve() }
+    const execution: Execution = { job, controller: undefined, returned: false, abandoned: false, done: Promise.resolve() }
     execution.done = this.#run(execution)
       .catch(() => {
         // #run handles every outcome itself; reaching here is a jobtable bug, and its text may quote job data.
@@ -307,7 +313,7 @@ export class Producer implements Piggyback {
       finalWriteSignal,
     }
     const outcome = await kind.run(job.payload, ctx)
-    settled = true
+    settled = execution.returned = true
     if (execution.abandoned) {
       this.#logger.warn(fields, 'job ended after stop stopped waiting for it; not recorded, it fails as interrupted')
       return

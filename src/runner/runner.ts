@@ -307,6 +307,7 @@ export class Runner<D extends Driver = Driver> {
   async #stop(timeoutMs: number): Promise<void> {
     if (this.#state === 'new') {
       this.#state = 'stopped'
+      this.#ended.resolve()
       return
     }
     this.#state = 'stopping'

@@ -151,6 +151,24 @@ describeEachBackend('restart and shutdown', (backend) => {
     await expect(runner.start()).rejects.toBeInstanceOf(RunnerStateError)
   })
 
+  it('wait() resolves once the runner has stopped: at once for one never started, also after a stop before start', async () => {
+    const never = h.runner()
+    await never.wait()
+    const stoppedFirst = h.runner()
+    await stoppedFirst.stop()
+    await stoppedFirst.wait()
+    const runner = h.runner()
+    runner.register('meal_plan', { payload: echoPayload, handler: () => undefined })
+    await runner.start()
+    let waited = false
+    const waiting = runner.wait().then(() => (waited = true))
+    await new Promise((resolve) => setImmediate(resolve))
+    expect(waited).toBe(false)
+    await runner.stop()
+    await waiting
+    expect(waited).toBe(true)
+  })
+
   it(`gives handlers a final-write signal that outlives stop but ends after ${FINAL_WRITE_TIMEOUT_MS} ms`, async () => {
     const runner = h.runner()
     let reason: unknown
