@@ -59,6 +59,14 @@ export interface Driver<Tx = unknown, TxSync extends boolean = boolean> {
    */
   jobRequeueLost(params: { runnerId: string; keep: readonly string[]; now: number }): Promise<number>
   /**
+   * Makes up to `limit` scheduled jobs due at `now` queued (earliest due
+   * first), so claims find them; returns how many. Each is promoted by
+   * exactly one call, whatever runs concurrently.
+   */
+  jobPromoteDue(params: { now: number; limit: number }): Promise<number>
+  /** The earliest due time of any scheduled job, or null when none is scheduled. */
+  queueNextDue(params: { now: number }): Promise<number | null>
+  /**
    * The kinds of queued jobs that no live runner registered (see
    * runnerRegister): work that nothing running now can do.
    */
@@ -126,6 +134,12 @@ export interface DriverCapabilities<TxSync extends boolean = boolean> {
   readonly txSync: TxSync
   /** How this database tells live runners from gone ones; the runner's timers follow it. */
   readonly liveness: LivenessCapability
+  /**
+   * How often an idle runner looks again at what other processes wrote
+   * (the driver's fallback poll), in ms: the runner's scheduler looks for
+   * due jobs another process scheduled at least this often.
+   */
+  readonly pollMs: number
 }
 
 /**
@@ -171,6 +185,10 @@ export interface NewJob {
   readonly payload: string
   /** The owner scope it was enqueued under, or null. */
   readonly scope: string | null
+  /** Higher is claimed first. */
+  readonly priority: number
+  /** When it is due (epoch ms), or null for at once. A job due after the insert's `now` is stored `scheduled`. */
+  readonly runAt: number | null
 }
 
 /** What jobList filters on. */
@@ -209,4 +227,7 @@ export interface JobRow {
   readonly status: JobStatus
   readonly result: string | null
   readonly error: string | null
+  readonly attempt: number
+  readonly priority: number
+  readonly runAt: number | null
 }

@@ -1,8 +1,12 @@
-/** The state of a job. A job moves queued → running → succeeded or failed. */
-export type JobStatus = 'queued' | 'running' | 'succeeded' | 'failed'
+/**
+ * The state of a job. A job moves (scheduled →) queued → running →
+ * succeeded or failed. `scheduled`: enqueued with a due time still to
+ * come. `cancelled` is reserved for cancellation, which later work adds.
+ */
+export type JobStatus = 'scheduled' | 'queued' | 'running' | 'succeeded' | 'failed' | 'cancelled'
 
 /** Every status, in lifecycle order. */
-export const JOB_STATUSES: readonly JobStatus[] = ['queued', 'running', 'succeeded', 'failed']
+export const JOB_STATUSES: readonly JobStatus[] = ['scheduled', 'queued', 'running', 'succeeded', 'failed', 'cancelled']
 
 /** Any value that survives JSON.stringify and JSON.parse unchanged. */
 export type JsonValue = null | boolean | number | string | JsonValue[] | { [key: string]: JsonValue }
@@ -20,6 +24,12 @@ export interface Job {
   readonly status: JobStatus
   readonly result: JsonValue
   readonly error: string | null
+  /** How many times a runner has claimed it: 0 until it first starts. */
+  readonly attempt: number
+  /** Its priority: higher runs first; 0 unless enqueued with one. */
+  readonly priority: number
+  /** When it is (or was) due, in epoch milliseconds; null when enqueued without a due time. */
+  readonly runAt: number | null
 }
 
 /**

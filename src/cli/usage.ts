@@ -120,7 +120,7 @@ Shows jobs as JSON on stdout, across every scope unless --scope is given.
 Options:
 ${DATABASE}
       --scope <scope>        only jobs of this owner scope
-      --status <status>      list: queued, running, succeeded or failed
+      --status <status>      list: scheduled, queued, running, succeeded, failed or cancelled
       --kind <kind>          list: only this kind
       --limit <n>            list: page size, 1 to 1000 (default 50)
       --cursor <cursor>      list: the nextCursor of the previous page

@@ -1,3 +1,4 @@
+import { JOB_STATUSES } from '../job.js'
 import { PROBLEMS, PROBLEM_MEDIA_TYPE, type ProblemCode } from './problem.js'
 
 const ref = (name: string) => ({ $ref: `#/components/schemas/${name}` })
@@ -40,16 +41,22 @@ export const openApiDocument = {
     schemas: {
       Job: {
         type: 'object',
-        required: ['id', 'kind', 'status', 'result', 'error'],
+        required: ['id', 'kind', 'status', 'result', 'error', 'attempt', 'priority', 'runAt'],
         additionalProperties: false,
         properties: {
           id: { type: 'string', format: 'uuid' },
           kind: { type: 'string' },
-          status: { type: 'string', enum: ['queued', 'running', 'succeeded', 'failed'] },
+          status: { type: 'string', enum: [...JOB_STATUSES] },
           result: { description: 'The latest partial or final public result; null until the handler publishes one.' },
           error: {
             type: ['string', 'null'],
             description: 'Set only on a failed job: a failure code the kind declared, internal_error, unknown_kind or "interrupted by restart".',
+          },
+          attempt: { type: 'integer', minimum: 0, description: 'How many times a runner has claimed the job: 0 until it first starts.' },
+          priority: { type: 'integer', description: 'Higher runs first; 0 unless enqueued with one.' },
+          runAt: {
+            type: ['integer', 'null'],
+            description: 'When the job is (or was) due, in epoch milliseconds; null when it was enqueued without a due time. A job due later is scheduled until then.',
           },
         },
       },
@@ -97,7 +104,7 @@ export const openApiDocument = {
         operationId: 'listJobs',
         summary: "A page of the caller's jobs, newest first.",
         parameters: [
-          { name: 'status', in: 'query', schema: { type: 'string', enum: ['queued', 'running', 'succeeded', 'failed'] } },
+          { name: 'status', in: 'query', schema: { type: 'string', enum: [...JOB_STATUSES] } },
           { name: 'kind', in: 'query', schema: { type: 'string', minLength: 1, maxLength: 256 } },
           { name: 'limit', in: 'query', schema: { type: 'integer', minimum: 1, maximum: 1000, default: 50 } },
           { name: 'cursor', in: 'query', schema: { type: 'string' }, description: 'The nextCursor of the previous page.' },

@@ -163,7 +163,7 @@ export class PostgresDriver implements Driver<PgQueryable, false> {
     this.#leaseMs = leaseMs
     this.#prepared = preparedStatements
     this.#deadlines = new Deadlines(statementTimeoutMs)
-    this.capabilities = { txSync: false, liveness: { heartbeatMs: Math.floor(leaseMs / 3), sweepMs: sweepIntervalMs } }
+    this.capabilities = { txSync: false, liveness: { heartbeatMs: Math.floor(leaseMs / 3), sweepMs: sweepIntervalMs }, pollMs: pollIntervalMs }
     this.#ownsPool = pool === undefined
     this.#pool = pool ?? new pg.Pool({ connectionString, connectionTimeoutMillis: 5_000, keepAlive: true })
     // An idle connection the server drops emits 'error' on the pool; the
@@ -230,6 +230,15 @@ export class PostgresDriver implements Driver<PgQueryable, false> {
 
   async jobRequeueLost({ runnerId, keep, now }: { runnerId: string; keep: readonly string[]; now: number }): Promise<number> {
     return (await this.#query('requeue lost claims', this.#q.requeueLostClaims, [runnerId, keep, now])).rowCount ?? 0
+  }
+
+  async jobPromoteDue({ now, limit }: { now: number; limit: number }): Promise<number> {
+    return (await this.#query('promote due jobs', this.#q.promoteDue, [now, limit])).rowCount ?? 0
+  }
+
+  async queueNextDue(_params: { now: number }): Promise<number | null> {
+    const due = (await this.#query<{ due: string | null }>('read next due time', this.#q.nextDue, [])).rows[0]?.due
+    return due === null || due === undefined ? null : Number(due)
   }
 
   async queueUnservedKinds(_params: { now: number }): Promise<string[]> {
@@ -446,7 +455,15 @@ function finishValues(finishes: readonly JobFinish[], now: number): unknown[] {
 }
 
 function insertValues(jobs: readonly NewJob[], now: number): unknown[] {
-  return [jobs.map((j) => j.id), jobs.map((j) => j.kind), jobs.map((j) => j.payload), jobs.map((j) => j.scope), now]
+  return [
+    jobs.map((j) => j.id),
+    jobs.map((j) => j.kind),
+    jobs.map((j) => j.payload),
+    jobs.map((j) => j.scope),
+    now,
+    jobs.map((j) => j.priority),
+    jobs.map((j) => j.runAt),
+  ]
 }
 
 class Aborted extends Error {}

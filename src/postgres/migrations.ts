@@ -90,6 +90,22 @@ export const MIGRATIONS: readonly Migration[] = [
       ALTER TABLE ${s}.runners ADD COLUMN kinds text[] NOT NULL DEFAULT '{}';
     `,
   },
+  {
+    version: 5,
+    sql: (s) => `
+      -- Scheduled jobs and priorities (see the SQLite migration of the same
+      -- number): 'scheduled' until due, so the claim's index holds only due
+      -- jobs; 'cancelled' reserved for cancellation.
+      ALTER TABLE ${s}.jobs DROP CONSTRAINT jobs_status_check;
+      ALTER TABLE ${s}.jobs ADD CONSTRAINT jobs_status_check
+        CHECK (status IN ('scheduled', 'queued', 'running', 'succeeded', 'failed', 'cancelled'));
+      ALTER TABLE ${s}.jobs ADD COLUMN priority integer NOT NULL DEFAULT 0;
+      ALTER TABLE ${s}.jobs ADD COLUMN run_at bigint;
+      DROP INDEX ${s}.jobs_queued;
+      CREATE INDEX jobs_queued ON ${s}.jobs (priority DESC, seq) WHERE status = 'queued';
+      CREATE INDEX jobs_scheduled ON ${s}.jobs (run_at) WHERE status = 'scheduled';
+    `,
+  },
 ]
 
 /** The schema version this jobtable writes. */

@@ -12,6 +12,9 @@ const dbNowMs = `(extract(epoch from clock_timestamp()) * 1000)::bigint`
 /** The channel every jobtable schema notifies on; the payload names the schema. */
 export const NOTIFY_CHANNEL = 'jobtable_jobs'
 
+/** The columns a job is read with (run_at as a number: bigint would come back as a string). */
+const JOB_COLUMNS = `id, kind, status, result::text AS result, error, attempt, priority, run_at::float8 AS "runAt"`
+
 /** The statements of one schema. */
 export type Queries = ReturnType<typeof queries>
 
@@ -24,9 +27,11 @@ export function queries(s: string) {
      * in the order of the batch.
      */
     insertJobs: `
-      INSERT INTO ${s}.jobs (id, kind, payload, scope, created_at, updated_at)
-      SELECT t.id, t.kind, t.payload, t.scope, $5, $5
-        FROM unnest($1::text[], $2::text[], $3::text[], $4::text[]) WITH ORDINALITY AS t(id, kind, payload, scope, ord)
+      INSERT INTO ${s}.jobs (id, kind, payload, scope, created_at, updated_at, priority, run_at, status)
+      SELECT t.id, t.kind, t.payload, t.scope, $5, $5, t.priority, t.run_at,
+             CASE WHEN t.run_at > $5 THEN 'scheduled' ELSE 'queued' END
+        FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $6::int[], $7::bigint[])
+             WITH ORDINALITY AS t(id, kind, payload, scope, priority, run_at, ord)
        ORDER BY t.ord`,
 
     /**
@@ -56,7 +61,7 @@ export function queries(s: string) {
     claimJobs: `
       WITH next AS (
         SELECT seq FROM ${s}.jobs WHERE status = 'queued' AND kind = ANY($4::text[])
-         ORDER BY seq LIMIT $1 FOR UPDATE SKIP LOCKED
+         ORDER BY priority DESC, seq LIMIT $1 FOR UPDATE SKIP LOCKED
       )
       UPDATE ${s}.jobs AS j
          SET status = 'running', attempt = j.attempt + 1, runner_id = $2, started_at = $3, updated_at = $3
@@ -116,7 +121,7 @@ export function queries(s: string) {
         RETURNING j.id
       ), next AS (
         SELECT seq FROM ${s}.jobs WHERE status = 'queued' AND kind = ANY($9::text[])
-         ORDER BY seq LIMIT $7 FOR UPDATE SKIP LOCKED
+         ORDER BY priority DESC, seq LIMIT $7 FOR UPDATE SKIP LOCKED
       ), claimed AS (
         UPDATE ${s}.jobs AS j
            SET status = 'running', attempt = j.attempt + 1, runner_id = $8, started_at = $6, updated_at = $6
@@ -162,7 +167,7 @@ export function queries(s: string) {
     /** Fails the queued jobs enqueued before $1 whose kind no runner with a live lease has. */
     failUnserved: `
       UPDATE ${s}.jobs j SET status = 'failed', error = $2, finished_at = $3, updated_at = $3
-       WHERE j.status = 'queued' AND j.created_at < $1
+       WHERE j.status = 'queued' AND greatest(j.created_at, coalesce(j.run_at, 0)) < $1
          AND NOT EXISTS (SELECT 1 FROM ${s}.runners r WHERE r.expires_at >= ${dbNowMs} AND j.kind = ANY(r.kinds))`,
 
     /** Renews a lease; no row means the lease lapsed and the runner was forgotten. */
@@ -170,11 +175,24 @@ export function queries(s: string) {
 
     deleteRunner: `DELETE FROM ${s}.runners WHERE id = $1`,
 
-    getJob: `SELECT id, kind, status, result::text AS result, error FROM ${s}.jobs WHERE id = $1`,
+    /**
+     * Makes up to $2 scheduled jobs due at $1 queued, earliest due first.
+     * SKIP LOCKED: two schedulers promoting at once take disjoint rows.
+     */
+    promoteDue: `
+      WITH due AS (
+        SELECT seq FROM ${s}.jobs WHERE status = 'scheduled' AND run_at <= $1 ORDER BY run_at LIMIT $2 FOR UPDATE SKIP LOCKED
+      )
+      UPDATE ${s}.jobs AS j SET status = 'queued', updated_at = $1 FROM due WHERE j.seq = due.seq`,
+
+    /** The earliest due time of a scheduled job (from the index jobs_scheduled). */
+    nextDue: `SELECT min(run_at) AS due FROM ${s}.jobs WHERE status = 'scheduled'`,
+
+    getJob: `SELECT ${JOB_COLUMNS} FROM ${s}.jobs WHERE id = $1`,
 
     /** As getJob, only within one owner scope: another scope's job reads as missing. */
     getScopedJob: `
-      SELECT id, kind, status, result::text AS result, error FROM ${s}.jobs
+      SELECT ${JOB_COLUMNS} FROM ${s}.jobs
        WHERE id = $1 AND scope IS NOT DISTINCT FROM $2`,
 
     /**
@@ -182,7 +200,7 @@ export function queries(s: string) {
      * applies only when its parameter is set ($2 true lists every scope).
      */
     listJobs: `
-      SELECT id, kind, status, result::text AS result, error FROM ${s}.jobs
+      SELECT ${JOB_COLUMNS} FROM ${s}.jobs
        WHERE ($1::text IS NULL OR seq < (SELECT c.seq FROM ${s}.jobs c
                                           WHERE c.id = $1::text AND ($2::boolean OR c.scope IS NOT DISTINCT FROM $3::text)))
          AND ($2::boolean OR scope IS NOT DISTINCT FROM $3::text)

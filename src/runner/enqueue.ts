@@ -20,9 +20,29 @@ export interface EnqueueOptions {
    * none (null).
    */
   readonly scope?: string
+  /**
+   * When the job is due: a Date or epoch milliseconds. Until then it is
+   * `scheduled`, and no worker takes it. Default: at once. Not with
+   * `delayMs`.
+   */
+  readonly runAt?: Date | number
+  /** Due this many milliseconds after the enqueue (by the runner's clock). Not with `runAt`. */
+  readonly delayMs?: number
+  /**
+   * An integer from -2147483648 to 2147483647; higher runs first, and jobs
+   * of one priority run in insertion order. Default 0.
+   */
+  readonly priority?: number
 }
 
-const ENQUEUE_KEYS = ['scope'] as const
+const ENQUEUE_KEYS = ['scope', 'runAt', 'delayMs', 'priority'] as const
+
+/** The fields of a stored job that an enqueue's options decide. */
+interface Placement {
+  readonly scope: string | null
+  readonly priority: number
+  readonly runAt: number | null
+}
 
 /** Enqueues jobs of one kind; `In` is its payload schema's input type. */
 export interface Kind<In, D extends Driver = Driver> {
@@ -51,22 +71,31 @@ export class Enqueuer {
   readonly #driver: Driver
   readonly #clock: () => number
   readonly #wake: () => void
+  readonly #scheduled: (runAt: number) => void
   readonly #inserter: Batcher<NewJob>
 
-  constructor(driver: Driver, clock: () => number, wake: () => void) {
+  /** `wake` after a job is stored; `scheduled` with a job's due time, after a job due later is stored. */
+  constructor(driver: Driver, clock: () => number, wake: () => void, scheduled: (runAt: number) => void) {
     this.#driver = driver
     this.#clock = clock
     this.#wake = wake
+    this.#scheduled = scheduled
     this.#inserter = new Batcher((jobs) => this.#insertBatch(jobs))
   }
 
   /** Validates and stores one job of `kind`; resolves to its id once durable. */
   async enqueue(kind: RegisteredKind, payload: unknown, options: EnqueueOptions | undefined): Promise<string> {
-    const scope = scopeOf(options)
-    const job = { id: newJobId(), kind: kind.name, payload: await encodePayload(kind.name, kind.schema, payload), scope }
+    const placement = placementOf(options, this.#clock)
+    const job: NewJob = { id: newJobId(), kind: kind.name, payload: await encodePayload(kind.name, kind.schema, payload), ...placement }
     await this.#inserter.add(job)
-    this.#wake()
+    this.#stored(placement)
     return job.id
+  }
+
+  /** After a store: wake a worker, or tell the scheduler when the job is due. */
+  #stored(placement: Placement): void {
+    if (placement.runAt !== null) this.#scheduled(placement.runAt)
+    this.#wake()
   }
 
   /** The typed handle of a kind. */
@@ -77,7 +106,7 @@ export class Enqueuer {
       name,
       enqueue: (payload, options) => this.enqueue(kind, payload, options),
       enqueueMany: async (payloads, options) => {
-        const scope = scopeOf(options)
+        const placement = placementOf(options, this.#clock)
         if (!Array.isArray(payloads)) throw new InvalidArgumentError('enqueueMany: payloads must be an array')
         // Awaited only where the schema validates asynchronously: a sync one costs no promise per payload.
         const encoded: (string | Promise<string>)[] = []
@@ -89,20 +118,21 @@ export class Enqueuer {
           throw err
         }
         const texts = encoded.every((e) => typeof e === 'string') ? encoded : await Promise.all(encoded)
-        const jobs = texts.map((payload) => ({ id: newJobId(), kind: name, scope, payload }))
+        const jobs: NewJob[] = texts.map((payload) => ({ id: newJobId(), kind: name, payload, ...placement }))
         await driver.jobInsertMany({ jobs, now: this.#clock() })
-        this.#wake()
+        this.#stored(placement)
         return jobs.map((j) => j.id)
       },
       enqueueTx: ((tx: TxOf<D>, payload: In, options?: EnqueueOptions) => {
-        const scope = scopeOf(options)
+        // The transaction may yet roll back: the scheduler learns of the job from the database, or from wake().
+        const placement = placementOf(options, this.#clock)
         if (driver.capabilities.txSync) {
-          const job = { id: newJobId(), kind: name, scope, payload: encodePayloadSync(name, schema, payload) }
+          const job: NewJob = { id: newJobId(), kind: name, payload: encodePayloadSync(name, schema, payload), ...placement }
           driver.jobInsertTx({ tx, jobs: [job], now: this.#clock() })
           return job.id
         }
         return (async () => {
-          const job = { id: newJobId(), kind: name, scope, payload: await encodePayload(name, schema, payload) }
+          const job: NewJob = { id: newJobId(), kind: name, payload: await encodePayload(name, schema, payload), ...placement }
           await driver.jobInsertTx({ tx, jobs: [job], now: this.#clock() })
           return job.id
         })()
@@ -131,9 +161,33 @@ export class Enqueuer {
   }
 }
 
-/** The scope of an enqueue: a non-empty string of at most 256 characters, or null. Refuses unknown options. */
-function scopeOf(options: EnqueueOptions | undefined): string | null {
-  const { scope } = optionsObject(options, ENQUEUE_KEYS, 'enqueue', 'argument')
+const PRIORITY_MIN = -2_147_483_648
+const PRIORITY_MAX = 2_147_483_647
+
+/** What an enqueue's options place the job as; refuses unknown options and bad values (InvalidArgumentError). */
+function placementOf(options: EnqueueOptions | undefined, clock: () => number): Placement {
+  const { scope, runAt, delayMs, priority = 0 } = optionsObject(options, ENQUEUE_KEYS, 'enqueue', 'argument')
+  if (!Number.isInteger(priority) || priority < PRIORITY_MIN || priority > PRIORITY_MAX) {
+    throw new InvalidArgumentError(`priority must be an integer from ${PRIORITY_MIN} to ${PRIORITY_MAX}`)
+  }
+  return { scope: scopeOf(scope), priority, runAt: dueOf(runAt, delayMs, clock) }
+}
+
+/** The due time of runAt or delayMs, in epoch ms, or null for neither. */
+function dueOf(runAt: unknown, delayMs: unknown, clock: () => number): number | null {
+  if (runAt !== undefined && delayMs !== undefined) throw new InvalidArgumentError('give runAt or delayMs, not both')
+  if (delayMs !== undefined) {
+    if (typeof delayMs !== 'number' || !Number.isSafeInteger(delayMs) || delayMs < 0) throw new InvalidArgumentError('delayMs must be an integer >= 0')
+    return clock() + delayMs
+  }
+  if (runAt === undefined) return null
+  const ms = runAt instanceof Date ? runAt.getTime() : runAt
+  if (typeof ms !== 'number' || !Number.isFinite(ms)) throw new InvalidArgumentError('runAt must be a valid Date or epoch milliseconds')
+  return Math.round(ms)
+}
+
+/** The scope of an enqueue: a non-empty string of at most 256 characters, or null. */
+function scopeOf(scope: unknown): string | null {
   if (scope === undefined) return null
   // Control characters are refused: a NUL cannot be stored in a PostgreSQL text column, and none belongs in an owner's name.
   if (typeof scope !== 'string' || scope.length === 0 || scope.length > 256 || /[\u0000-\u001f\u007f]/.test(scope)) {

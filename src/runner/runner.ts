@@ -151,7 +151,7 @@ export class Runner<D extends Driver = Driver> {
     this.#unknownKindGraceMs = unknownKindGraceMs
     this.#onFatal = onFatal
     this.#gate = new ClaimGate(driver, this.id, clock)
-    this.#enqueuer = new Enqueuer(driver, clock, () => this.wake())
+    this.#enqueuer = new Enqueuer(driver, clock, () => this.#producer?.wake(), (due) => this.#maintenance?.scheduler.noteDue(due))
   }
 
   /** The driver this runner uses. */
@@ -211,6 +211,8 @@ export class Runner<D extends Driver = Driver> {
   /** Tells an idle worker to look for a queued job: call it after committing a transactional enqueue. */
   wake(): void {
     this.#producer?.wake()
+    // A clock moved on (a test's), or a transactional enqueue of a scheduled job: promote what is due.
+    this.#maintenance?.scheduler.wake()
   }
 
   /**
@@ -238,6 +240,7 @@ export class Runner<D extends Driver = Driver> {
       unknownKindGraceMs: this.#unknownKindGraceMs,
       logger: this.#logger,
       clock: this.#clock,
+      wake: () => this.#producer?.wake(),
     })
     try {
       await liveness.start()
@@ -387,6 +390,9 @@ function toJob(row: JobRow): Job {
     status: row.status,
     result: row.result === null ? null : (JSON.parse(row.result) as JsonValue),
     error: row.error,
+    attempt: row.attempt,
+    priority: row.priority,
+    runAt: row.runAt,
   }
 }
 

@@ -109,6 +109,8 @@ export class SqliteDriver implements Driver<SqliteDatabase, true> {
   readonly #requeueLost: Database.Statement
   readonly #unservedKinds: Database.Statement
   readonly #failUnserved: Database.Statement
+  readonly #promoteDue: Database.Statement
+  readonly #nextDue: Database.Statement
   readonly #sweep: (gone: readonly string[], runnerId: string, error: string, now: number) => number
   readonly #locks: RunnerLocks
   readonly #pollIntervalMs: number
@@ -141,7 +143,7 @@ export class SqliteDriver implements Driver<SqliteDatabase, true> {
     if (!Number.isInteger(pollIntervalMs) || pollIntervalMs < 1) throw new ConfigError('sqlite: pollIntervalMs must be an integer >= 1')
     this.#pollIntervalMs = pollIntervalMs
     // An OS lock proves a runner alive or gone (RunnerLocks): no heartbeat.
-    this.capabilities = { txSync: true, liveness: { heartbeatMs: null, sweepMs: sweepIntervalMs } }
+    this.capabilities = { txSync: true, liveness: { heartbeatMs: null, sweepMs: sweepIntervalMs }, pollMs: pollIntervalMs }
 
     const app = database as Database.Database | undefined
     this.#app = app
@@ -178,6 +180,8 @@ export class SqliteDriver implements Driver<SqliteDatabase, true> {
     this.#requeueLost = this.#writer.prepare(sql.requeueLost)
     this.#unservedKinds = this.#reader.prepare(sql.unservedKinds)
     this.#failUnserved = this.#writer.prepare(sql.failUnserved)
+    this.#promoteDue = this.#writer.prepare(sql.promoteDue)
+    this.#nextDue = this.#reader.prepare(sql.nextDue)
     this.#locks = new RunnerLocks(this.#writer.memory ? null : this.#writer.name)
     this.#sweep = this.#writer.transaction((gone: readonly string[], runnerId: string, error: string, now: number) => {
       for (const id of gone) this.#deleteRunner.run({ runnerId: id })
@@ -205,7 +209,7 @@ export class SqliteDriver implements Driver<SqliteDatabase, true> {
 
   // Named parameters spelled out rather than spread: this runs once per job on the hot path.
   #insertOne(statement: Database.Statement, job: NewJob, now: number): void {
-    statement.run({ id: job.id, kind: job.kind, payload: job.payload, scope: job.scope, now })
+    statement.run({ id: job.id, kind: job.kind, payload: job.payload, scope: job.scope, now, priority: job.priority, runAt: job.runAt })
   }
 
   /** Inserts jobs[from..to) with one statement, prepared once per row count. */
@@ -216,7 +220,7 @@ export class SqliteDriver implements Driver<SqliteDatabase, true> {
       statement = this.#writer.prepare(sql.insertJobs(rows))
       this.#insertRows.set(rows, statement)
     }
-    const values: unknown[] = new Array(rows * 6)
+    const values: unknown[] = new Array(rows * 10)
     for (let i = from, v = 0; i < to; i++) {
       const job = jobs[i]!
       values[v++] = job.id
@@ -224,6 +228,10 @@ export class SqliteDriver implements Driver<SqliteDatabase, true> {
       values[v++] = job.payload
       values[v++] = job.scope
       values[v++] = now
+      values[v++] = now
+      values[v++] = job.priority
+      values[v++] = job.runAt
+      values[v++] = job.runAt
       values[v++] = now
     }
     statement.run(values)
@@ -325,6 +333,14 @@ export class SqliteDriver implements Driver<SqliteDatabase, true> {
       for (const kind of JSON.parse(row.kinds) as string[]) served.add(kind)
     }
     return JSON.stringify([...served])
+  }
+
+  async jobPromoteDue({ now, limit }: { now: number; limit: number }): Promise<number> {
+    return this.#write('promote due jobs', () => this.#promoteDue.run({ now, limit }).changes)
+  }
+
+  async queueNextDue(_params: { now: number }): Promise<number | null> {
+    return run('read next due time', () => (this.#nextDue.get() as { due: number | null }).due)
   }
 
   async queueUnservedKinds(_params: { now: number }): Promise<string[]> {

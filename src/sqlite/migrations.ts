@@ -77,6 +77,51 @@ export const MIGRATIONS: readonly { version: number; sql: string }[] = [
       ALTER TABLE jobtable_runners ADD COLUMN kinds TEXT NOT NULL DEFAULT '[]';
     `,
   },
+  {
+    version: 5,
+    sql: `
+      -- Scheduled jobs and priorities. A job enqueued with a due time still
+      -- to come is 'scheduled' until the runner's scheduler makes it
+      -- 'queued' at that time, so the claim's index never holds jobs that
+      -- are not due: a million jobs scheduled for next week cost the claim
+      -- nothing. 'cancelled' is reserved for cancellation. SQLite cannot
+      -- change a CHECK constraint in place: the table is rebuilt, keeping
+      -- every row, its seq (the claim order) included.
+      CREATE TABLE jobtable_jobs_v5 (
+        seq         INTEGER PRIMARY KEY,
+        id          TEXT    NOT NULL UNIQUE,
+        kind        TEXT    NOT NULL,
+        status      TEXT    NOT NULL DEFAULT 'queued'
+                    CHECK (status IN ('scheduled', 'queued', 'running', 'succeeded', 'failed', 'cancelled')),
+        payload     TEXT    NOT NULL,
+        result      TEXT,
+        error       TEXT,
+        attempt     INTEGER NOT NULL DEFAULT 0,
+        runner_id   TEXT,
+        created_at  INTEGER NOT NULL,
+        updated_at  INTEGER NOT NULL,
+        started_at  INTEGER,
+        finished_at INTEGER,
+        scope       TEXT,
+        -- Higher is claimed first; insertion order (seq) within a priority.
+        priority    INTEGER NOT NULL DEFAULT 0,
+        -- When the job is due (ms since the epoch); NULL: at once.
+        run_at      INTEGER
+      ) STRICT;
+      INSERT INTO jobtable_jobs_v5 (seq, id, kind, status, payload, result, error, attempt, runner_id,
+                                    created_at, updated_at, started_at, finished_at, scope)
+        SELECT seq, id, kind, status, payload, result, error, attempt, runner_id,
+               created_at, updated_at, started_at, finished_at, scope FROM jobtable_jobs;
+      DROP TABLE jobtable_jobs;
+      ALTER TABLE jobtable_jobs_v5 RENAME TO jobtable_jobs;
+      -- The claim walks this in order: highest priority, then oldest.
+      CREATE INDEX jobtable_jobs_queued ON jobtable_jobs (priority DESC, seq) WHERE status = 'queued';
+      CREATE INDEX jobtable_jobs_running ON jobtable_jobs (runner_id) WHERE status = 'running';
+      CREATE INDEX jobtable_jobs_scope ON jobtable_jobs (scope, seq);
+      -- The scheduler finds the due jobs, and the next due time, here.
+      CREATE INDEX jobtable_jobs_scheduled ON jobtable_jobs (run_at) WHERE status = 'scheduled';
+    `,
+  },
 ]
 
 /** The schema version this jobtable writes. */

@@ -3,20 +3,23 @@
  * milliseconds since the epoch, passed in from the runner's clock.
  */
 
+/** A job due after @now is stored 'scheduled' (NULL > @now is NULL: queued). */
 export const insertJob = `
-  INSERT INTO jobtable_jobs (id, kind, payload, scope, created_at, updated_at)
-  VALUES (@id, @kind, @payload, @scope, @now, @now)`
+  INSERT INTO jobtable_jobs (id, kind, payload, scope, created_at, updated_at, priority, run_at, status)
+  VALUES (@id, @kind, @payload, @scope, @now, @now, @priority, @runAt,
+          CASE WHEN @runAt > @now THEN 'scheduled' ELSE 'queued' END)`
 
 /**
- * `rows` jobs in one statement, six positional parameters per row (id,
- * kind, payload, scope, now, now), inserted in the order given. Fewer
+ * `rows` jobs in one statement, nine positional parameters per row (id,
+ * kind, payload, scope, now, now, priority, runAt, then runAt again with
+ * now for the status as in insertJob), inserted in the order given. Fewer
  * statements per batch: about a third more jobs per second for a batch of
  * 1,000 than one insertJob per row (bench/).
  */
 export function insertJobs(rows: number): string {
   return `
-  INSERT INTO jobtable_jobs (id, kind, payload, scope, created_at, updated_at)
-  VALUES ${Array.from({ length: rows }, () => '(?, ?, ?, ?, ?, ?)').join(', ')}`
+  INSERT INTO jobtable_jobs (id, kind, payload, scope, created_at, updated_at, priority, run_at, status)
+  VALUES ${Array.from({ length: rows }, () => "(?, ?, ?, ?, ?, ?, ?, ?, CASE WHEN ? > ? THEN 'scheduled' ELSE 'queued' END)").join(', ')}`
 }
 
 /** The most rows one insertJobs statement takes; a bigger batch is written in chunks. */
@@ -28,8 +31,8 @@ export const INSERT_ROWS_MAX = 50
  * per count). SQLite serializes writers, so the subquery's rows cannot be
  * claimed by anyone else between the SELECT and the UPDATE: no job is
  * claimed twice. The subquery walks the partial index jobtable_jobs_queued
- * in seq order and tests each row's kind against the list, so finished
- * rows cost nothing. The filter costs little: a claim of 10 from 50,000
+ * (highest priority first, then seq) and tests each row's kind against
+ * the list, so finished and scheduled rows cost nothing. The filter costs little: a claim of 10 from 50,000
  * queued rows took 89 µs without it, 93-99 µs with this list, and 101 µs
  * with the kinds as a JSON array through json_each (measured here).
  */
@@ -40,7 +43,7 @@ export function claimJobs(kinds: number): string {
          started_at = @now, updated_at = @now
    WHERE seq IN (SELECT seq FROM jobtable_jobs
                   WHERE status = 'queued' AND kind IN (${Array.from({ length: kinds }, (_, i) => `@k${i}`).join(', ')})
-                  ORDER BY seq LIMIT @limit)
+                  ORDER BY priority DESC, seq LIMIT @limit)
   RETURNING seq, id, kind, payload, attempt`
 }
 
@@ -64,10 +67,10 @@ export const unservedKinds = `
   SELECT DISTINCT kind FROM jobtable_jobs
    WHERE status = 'queued' AND kind NOT IN (SELECT value FROM json_each(@served))`
 
-/** Fails the queued jobs enqueued before @before whose kind is outside @served. */
+/** Fails the queued jobs due (enqueued, or scheduled for) before @before whose kind is outside @served. */
 export const failUnserved = `
   UPDATE jobtable_jobs SET status = 'failed', error = @error, finished_at = @now, updated_at = @now
-   WHERE status = 'queued' AND created_at < @before
+   WHERE status = 'queued' AND max(created_at, coalesce(run_at, 0)) < @before
      AND kind NOT IN (SELECT value FROM json_each(@served))`
 
 /** Fenced: applies only while the job is running under the same claim. */
@@ -111,10 +114,21 @@ export const deleteRunner = `DELETE FROM jobtable_runners WHERE id = @runnerId`
 
 export const otherRunners = `SELECT id FROM jobtable_runners WHERE id <> @runnerId`
 
-export const getJob = `SELECT id, kind, status, result, error FROM jobtable_jobs WHERE id = @id`
+/** Makes up to @limit scheduled jobs due at @now queued, earliest due first. */
+export const promoteDue = `
+  UPDATE jobtable_jobs SET status = 'queued', updated_at = @now
+   WHERE seq IN (SELECT seq FROM jobtable_jobs WHERE status = 'scheduled' AND run_at <= @now ORDER BY run_at LIMIT @limit)`
+
+/** The earliest due time of a scheduled job (from the index jobtable_jobs_scheduled). */
+export const nextDue = `SELECT min(run_at) AS due FROM jobtable_jobs WHERE status = 'scheduled'`
+
+/** The columns a job is read with. */
+const JOB_COLUMNS = 'id, kind, status, result, error, attempt, priority, run_at AS runAt'
+
+export const getJob = `SELECT ${JOB_COLUMNS} FROM jobtable_jobs WHERE id = @id`
 
 /** As getJob, only within one owner scope: another scope's job reads as missing. */
-export const getScopedJob = `SELECT id, kind, status, result, error FROM jobtable_jobs WHERE id = @id AND scope IS @scope`
+export const getScopedJob = `SELECT ${JOB_COLUMNS} FROM jobtable_jobs WHERE id = @id AND scope IS @scope`
 
 /**
  * A page of jobs, newest first, inserted before the job @beforeId. Each
@@ -123,7 +137,7 @@ export const getScopedJob = `SELECT id, kind, status, result, error FROM jobtabl
  * gives an empty page: a cursor reveals nothing of other scopes.
  */
 export const listJobs = `
-  SELECT id, kind, status, result, error FROM jobtable_jobs
+  SELECT ${JOB_COLUMNS} FROM jobtable_jobs
    WHERE (@beforeId IS NULL OR seq < (SELECT c.seq FROM jobtable_jobs c
                                        WHERE c.id = @beforeId AND (@anyScope = 1 OR c.scope IS @scope)))
      AND (@anyScope = 1 OR scope IS @scope)

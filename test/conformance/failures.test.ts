@@ -23,7 +23,7 @@ describeEachBackend('failures never leak', (backend) => {
     await runner.start()
     const id = await kind.enqueue({ n: 1 })
     await done.ends([id])
-    expect(await runner.get(id)).toEqual({ id, kind: 'import_recipe', status: 'failed', result: null, error: 'no_recipe_found' })
+    expect(await runner.get(id)).toMatchObject({ id, kind: 'import_recipe', status: 'failed', result: null, error: 'no_recipe_found' })
     const line = logs.lines.find((l) => l.fields.job_id === id)
     expect(line).toMatchObject({ level: 'info', fields: { job_id: id, kind: 'import_recipe', code: 'no_recipe_found' } })
   })
@@ -120,7 +120,7 @@ describeEachBackend('failures never leak', (backend) => {
         throw new Error(marker)
       },
     })
-    const unknown = { id: crypto.randomUUID(), kind: 'gone', payload: JSON.stringify({ note: marker }), scope: null }
+    const unknown = { id: crypto.randomUUID(), kind: 'gone', payload: JSON.stringify({ note: marker }), scope: null, priority: 0, runAt: null }
     await runner.driver.jobInsertMany({ jobs: [unknown], now: Date.now() })
     const done = track(runner)
     await runner.start()

@@ -33,7 +33,7 @@ describeEachBackend('restart and shutdown', (backend) => {
     second.register('meal_plan', { payload: echoPayload, handler: async (_p, job) => void count(job.id) })
     expect((await second.get(ids[0]!)).status).toBe('running')
     await second.start()
-    for (const id of ids) expect(await second.get(id)).toEqual({ id, kind: 'meal_plan', status: 'failed', result: null, error: CODE_INTERRUPTED })
+    for (const id of ids) expect(await second.get(id)).toMatchObject({ id, kind: 'meal_plan', status: 'failed', result: null, error: CODE_INTERRUPTED })
     expect(logs.lines).toContainEqual({ level: 'warn', fields: { count: 2 }, message: 'failed jobs interrupted by restart' })
     await second.stop()
     for (const id of ids) expect(ledger.get(id)).toBe(1)

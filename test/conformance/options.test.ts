@@ -123,12 +123,12 @@ describe('the runner refuses unknown options, naming the key, and stores nothing
     expectRefusal(err, 'wrokers', 'invalid_config')
   })
 
-  it('enqueue options: a delayMs the runner does not know never runs a job at once', async () => {
+  it('enqueue options: a misspelled delay never runs a job at once', async () => {
     const r = fresh()
     const kind = r.register('echo', { payload, handler: () => undefined })
-    expectRefusal(await thrown(() => kind.enqueue({ n: 1 }, { delayMs: 800 } as never)), 'delayMs', 'invalid_argument')
-    expectRefusal(await thrown(() => kind.enqueueMany([{ n: 1 }], { priority: 1 } as never)), 'priority', 'invalid_argument')
-    expectRefusal(await thrown(() => r.enqueue('echo', { n: 1 }, { runAt: 0 } as never)), 'runAt', 'invalid_argument')
+    expectRefusal(await thrown(() => kind.enqueue({ n: 1 }, { delay: 800 } as never)), 'delay', 'invalid_argument')
+    expectRefusal(await thrown(() => kind.enqueueMany([{ n: 1 }], { priorty: 1 } as never)), 'priorty', 'invalid_argument')
+    expectRefusal(await thrown(() => r.enqueue('echo', { n: 1 }, { run_at: 0 } as never)), 'run_at', 'invalid_argument')
     expect((await r.list()).jobs).toEqual([])
   })
 

@@ -25,7 +25,7 @@ describe('HTTP API of a producer (a runner with definitions only, never started)
     expect(created.json).toMatchObject({ kind: 'k', status: 'queued', result: null, error: null })
     const id: string = created.json.id
     expect(created.headers.get('location')).toBe(`/api/v1/jobs/${id}`)
-    expect((await api.get(`/api/v1/jobs/${id}`)).json).toEqual({ id, kind: 'k', status: 'queued', result: null, error: null })
+    expect((await api.get(`/api/v1/jobs/${id}`)).json).toMatchObject({ id, kind: 'k', status: 'queued', result: null, error: null })
 
     // Refused as before: a kind not exposed over HTTP answers exactly as one nobody registered, storing nothing.
     const hidden = await api.post({ kind: 'internal', payload: { n: 1 } })
@@ -45,7 +45,7 @@ describe('HTTP API of a producer (a runner with definitions only, never started)
     } finally {
       done.stop()
     }
-    expect((await api.get(`/api/v1/jobs/${id}`)).json).toEqual({ id, kind: 'k', status: 'succeeded', result: { doubled: 42 }, error: null })
+    expect((await api.get(`/api/v1/jobs/${id}`)).json).toMatchObject({ id, kind: 'k', status: 'succeeded', result: { doubled: 42 }, error: null })
     expect(done.started).toEqual([id])
   })
 })

@@ -69,7 +69,7 @@ describe.skipIf(skip !== undefined)('postgres: every statement has a client-side
     const { driver, app } = boundedDriver()
     await driver.migrate()
     await driver.runnerRegister({ runnerId: 'r', kinds: ['echo'], now: 1 })
-    await driver.jobInsertMany({ jobs: [{ id: 'j1', kind: 'echo', payload: '{"n":1}', scope: null }], now: 1 })
+    await driver.jobInsertMany({ jobs: [{ id: 'j1', kind: 'echo', payload: '{"n":1}', scope: null, priority: 0, runAt: null }], now: 1 })
 
     // The heartbeat writes the runners table, the read and the claim the jobs table.
     const lock = await lockTables(['jobs', 'runners'])

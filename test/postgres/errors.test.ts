@@ -65,7 +65,7 @@ describe.skipIf(skip !== undefined)('postgres: errors against the real server', 
     await runner.start()
     const id = await kind.enqueue({ n: 1 })
     await done.ends([id])
-    expect(await runner.get(id)).toEqual({ id, kind: 'nul', status: 'failed', result: null, error: CODE_INTERNAL })
+    expect(await runner.get(id)).toMatchObject({ id, kind: 'nul', status: 'failed', result: null, error: CODE_INTERNAL })
     const refused = logs.lines.filter((l) => l.fields.job_id === id && l.fields.error !== undefined)
     expect(refused.map((l) => l.fields.error)).toContain('22P05')
     // One refused write, then the internal_error write: no retry loop.
@@ -83,7 +83,7 @@ describe.skipIf(skip !== undefined)('postgres: errors against the real server', 
   it('an aborted final write is cancelled on the server: it never lands after the caller was told it failed', async () => {
     const d = driver()
     await d.runnerRegister({ runnerId: 'r1', kinds: ['echo'], now: 1 })
-    await d.jobInsertMany({ jobs: [{ id: 'j1', kind: 'echo', payload: '{}', scope: null }], now: 1 })
+    await d.jobInsertMany({ jobs: [{ id: 'j1', kind: 'echo', payload: '{}', scope: null, priority: 0, runAt: null }], now: 1 })
     const [claimed] = await d.jobClaim({ limit: 1, runnerId: 'r1', kinds: ['echo'], now: 2 })
     const locker = await t.admin.connect()
     try {

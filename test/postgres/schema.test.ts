@@ -2,6 +2,7 @@ import pg from 'pg'
 import { afterEach, beforeEach, describe, expect, it } from 'vitest'
 import { ConfigError, SchemaVersionError } from 'jobtable'
 import { postgres, SCHEMA_VERSION } from 'jobtable/postgres'
+import { migrateSchema } from '../../src/postgres/migrations.js'
 import { PG_URL, postgresBackend, testSchema } from '../support/backends.js'
 
 const skip = postgresBackend().skip
@@ -52,19 +53,23 @@ describe.skipIf(skip !== undefined)('postgres: schema and migrations', () => {
   })
 
   it('migrates a schema left at an older version forward, keeping its jobs', async () => {
-    const first = postgres({ connectionString: PG_URL, schema })
-    await first.migrate()
-    await first.jobInsertMany({ jobs: [{ id: 'kept', kind: 'echo', payload: '{}', scope: null }], now: 1 })
-    await first.close()
-    // Back to version 2: the runners table of version 3 (and its kinds column of version 4) is gone.
-    await admin.query(`DROP TABLE "${schema}".runners; DELETE FROM "${schema}".migrations WHERE version >= 3`)
+    // A schema made by a jobtable of version 2, with a queued job in it.
+    const client = await admin.connect()
+    try {
+      await migrateSchema(client, `"${schema}"`, 2)
+    } finally {
+      client.release()
+    }
+    await admin.query(`INSERT INTO "${schema}".jobs (id, kind, payload, created_at, updated_at) VALUES ('kept', 'echo', '{}', 1, 1)`)
     const second = postgres({ connectionString: PG_URL, schema })
     try {
       await second.migrate()
-      expect(await second.jobGet({ id: 'kept' })).toMatchObject({ id: 'kept', status: 'queued' })
+      expect(await second.jobGet({ id: 'kept' })).toMatchObject({ id: 'kept', status: 'queued', priority: 0, runAt: null, attempt: 0 })
     } finally {
       await second.close()
     }
+    const versions = await admin.query(`SELECT max(version) AS v FROM "${schema}".migrations`)
+    expect(versions.rows[0].v).toBe(SCHEMA_VERSION)
     const runners = await admin.query(`SELECT to_regclass($1) AS t`, [`"${schema}".runners`])
     expect(runners.rows[0].t).not.toBeNull()
     const kinds = await admin.query(`SELECT column_name FROM information_schema.columns WHERE table_schema = $1 AND table_name = 'runners' AND column_name = 'kinds'`, [schema])
@@ -74,7 +79,7 @@ describe.skipIf(skip !== undefined)('postgres: schema and migrations', () => {
   it("works on the application's own pool and leaves it open on close", async () => {
     const pool = new pg.Pool({ connectionString: PG_URL, max: 3 })
     const d = postgres({ pool, schema })
-    await d.jobInsertMany({ jobs: [{ id: 'j', kind: 'echo', payload: '{}', scope: null }], now: 1 })
+    await d.jobInsertMany({ jobs: [{ id: 'j', kind: 'echo', payload: '{}', scope: null, priority: 0, runAt: null }], now: 1 })
     await d.close()
     expect(pool.ending).toBe(false)
     expect((await pool.query(`SELECT status FROM "${schema}".jobs WHERE id = 'j'`)).rows).toEqual([{ status: 'queued' }])

@@ -3,25 +3,39 @@ import type { Logger } from '../../logger.js'
 import type { ClaimGate } from '../claim-gate.js'
 import { InterruptedSweep } from './interrupted.js'
 import { LostClaimRecovery } from './lost-claims.js'
+import { Scheduler } from './scheduler.js'
 import { UnservedKinds } from './unserved-kinds.js'
 
 /**
  * The runner's chores around the claim, independent of the driver: one
  * small service each (the interrupted sweep, lost-claim recovery, the
- * check for kinds no runner handles), each with its own timer. Later
- * chores (retention, scheduling, cron) join them here.
+ * check for kinds no runner handles, the scheduler of due jobs), each
+ * with its own timer. Later chores (retention, cron) join them here.
  */
 export class Maintenance {
   readonly #interrupted: InterruptedSweep
+  /** Makes scheduled jobs queued when due; the runner tells it of due times and wakes. */
+  readonly scheduler: Scheduler
   readonly #services: { start(): void; stop(): Promise<void> }[]
 
-  constructor(options: { driver: Driver; runnerId: string; gate: ClaimGate; unknownKindGraceMs: number; logger: Logger; clock: () => number }) {
-    const { driver, runnerId, gate, unknownKindGraceMs, logger, clock } = options
+  constructor(options: {
+    driver: Driver
+    runnerId: string
+    gate: ClaimGate
+    unknownKindGraceMs: number
+    logger: Logger
+    clock: () => number
+    /** Called when jobs became queued: a worker should look. */
+    wake: () => void
+  }) {
+    const { driver, runnerId, gate, unknownKindGraceMs, logger, clock, wake } = options
     this.#interrupted = new InterruptedSweep(driver, runnerId, logger, clock)
+    this.scheduler = new Scheduler(driver, logger, clock, wake)
     this.#services = [
       this.#interrupted,
       new LostClaimRecovery(gate, driver.capabilities.liveness.sweepMs, logger),
       new UnservedKinds(driver, unknownKindGraceMs, logger, clock),
+      this.scheduler,
     ]
   }
 

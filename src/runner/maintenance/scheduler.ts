@@ -1,0 +1,111 @@
+import type { Driver } from '../../driver.js'
+import type { Logger } from '../../logger.js'
+import { errorCode } from '../backoff.js'
+
+/** How many due jobs one statement promotes; a bigger wave takes several, each short. */
+const PROMOTE_BATCH = 1_000
+
+/**
+ * Makes scheduled jobs queued when they fall due, so a claim finds them.
+ * It sleeps until the nearest due time it knows of: one it was told of
+ * (a job this process scheduled, `noteDue`) or the earliest read from the
+ * database after each pass, which covers jobs other processes scheduled.
+ * It reads again at least every `pollMs` (the driver's fallback poll), so
+ * a job another process scheduled sooner is promoted within that at
+ * worst. It never polls busily: one timer, unref'd.
+ *
+ * Due times are compared with the runner's clock, and the timer's delay
+ * is computed from it: a test that moves an injected clock calls
+ * `runner.wake()`, which promotes at once when the clock has reached the
+ * nearest due time (see `wake`).
+ */
+export class Scheduler {
+  readonly #driver: Driver
+  readonly #logger: Logger
+  readonly #clock: () => number
+  readonly #onPromoted: () => void
+  readonly #pollMs: number
+  #next: number | null = null
+  #timer: NodeJS.Timeout | undefined
+  #pass: Promise<void> | undefined
+  #again = false
+  #stopped = false
+
+  constructor(driver: Driver, logger: Logger, clock: () => number, onPromoted: () => void) {
+    this.#driver = driver
+    this.#logger = logger
+    this.#clock = clock
+    this.#onPromoted = onPromoted
+    this.#pollMs = driver.capabilities.pollMs
+  }
+
+  start(): void {
+    void this.tick()
+  }
+
+  /** A job due at `due` was stored: sleep no later than that. */
+  noteDue(due: number): void {
+    if (this.#stopped) return
+    if (due <= this.#clock()) {
+      void this.tick()
+      return
+    }
+    if (this.#next !== null && this.#next <= due) return
+    this.#next = due
+    this.#arm()
+  }
+
+  /** The runner was woken: promote now if the nearest known due time has come (a clock moved by a test, a timer late). */
+  wake(): void {
+    if (this.#next !== null && this.#next <= this.#clock()) void this.tick()
+  }
+
+  /** Promotes what is due and reads the next due time; a call during a pass makes one more pass after it. Never rejects. */
+  tick(): Promise<void> {
+    if (this.#stopped) return Promise.resolve()
+    if (this.#pass !== undefined) {
+      this.#again = true
+      return this.#pass
+    }
+    this.#pass = this.#run().finally(() => {
+      this.#pass = undefined
+      if (this.#again && !this.#stopped) {
+        this.#again = false
+        void this.tick()
+      }
+    })
+    return this.#pass
+  }
+
+  async #run(): Promise<void> {
+    try {
+      let promoted = 0
+      for (;;) {
+        const n = await this.#driver.jobPromoteDue({ now: this.#clock(), limit: PROMOTE_BATCH })
+        promoted += n
+        if (n < PROMOTE_BATCH) break
+        if (n > 0) this.#onPromoted()
+      }
+      if (promoted > 0) this.#onPromoted()
+      this.#next = await this.#driver.queueNextDue({ now: this.#clock() })
+    } catch (err) {
+      this.#logger.error({ error: errorCode(err) }, 'promote scheduled jobs failed; retrying at the next pass')
+    }
+    this.#arm()
+  }
+
+  /** Sleeps until the nearest due time known, or the poll interval, whichever is sooner. */
+  #arm(): void {
+    clearTimeout(this.#timer)
+    if (this.#stopped) return
+    const wait = this.#next === null ? this.#pollMs : Math.min(this.#pollMs, Math.max(0, this.#next - this.#clock()))
+    this.#timer = setTimeout(() => void this.tick(), wait)
+    this.#timer.unref()
+  }
+
+  async stop(): Promise<void> {
+    this.#stopped = true
+    clearTimeout(this.#timer)
+    await this.#pass
+  }
+}
