@@ -77,13 +77,14 @@ export interface Driver<Tx = unknown, TxSync extends boolean = boolean> {
    */
   jobFailUnserved(params: { createdBefore: number; error: string; now: number }): Promise<number>
   /**
-   * Fails with `error` every running job whose runner is proven gone: one
+   * Fails with `error` (or, for a job that requeues after a crash and has
+   * an attempt left, queues again) every running job whose runner is proven gone: one
    * whose liveness signal (see DriverCapabilities.liveness) is lost, or
    * that is not registered at all (it stopped, leaving a job it could not
    * finish). Never touches the jobs of `runnerId` or of any live runner.
-   * Forgets the gone runners; returns how many jobs it failed.
+   * Forgets the gone runners; returns how many jobs it failed and queued again.
    */
-  jobFailInterrupted(params: { runnerId: string; error: string; now: number }): Promise<number>
+  jobFailInterrupted(params: { runnerId: string; error: string; now: number }): Promise<{ failed: number; requeued: number }>
   /**
    * Records `runnerId` as a live runner of `kinds` (those it has handlers
    * for) and takes up its liveness signal; called by a runner before it
@@ -189,6 +190,12 @@ export interface NewJob {
   readonly priority: number
   /** When it is due (epoch ms), or null for at once. A job due after the insert's `now` is stored `scheduled`. */
   readonly runAt: number | null
+  /** How many claims it may have: 1 unless its kind retries. */
+  readonly maxAttempts: number
+  /** Its deadline from each start, or null for none. */
+  readonly timeoutMs: number | null
+  /** Whether a crash queues it again (an idempotent kind) rather than failing it as interrupted. */
+  readonly requeueInterrupted: boolean
 }
 
 /** What jobList filters on. */
@@ -208,16 +215,28 @@ export interface ClaimedJob {
   readonly payload: string
   /** Incremented by every claim; every later write is fenced on it. */
   readonly attempt: number
+  /** How many claims it may have in all. */
+  readonly maxAttempts: number
+  /** Its deadline from this start, or null. */
+  readonly timeoutMs: number | null
 }
 
 /** The final write of a claimed job. */
 export interface JobFinish {
   readonly id: string
   readonly attempt: number
-  readonly status: Extract<JobStatus, 'succeeded' | 'failed'>
-  /** The public result as JSON text: set on success, kept from the last partial result on failure when null. */
+  /**
+   * `retry`: back to the queue, due at `runAt` (stored `scheduled` until
+   * then, or `queued` when already due), for another attempt.
+   */
+  readonly status: Extract<JobStatus, 'succeeded' | 'failed'> | 'retry'
+  /** The public result as JSON text: set on success, kept from the last partial result when null. */
   readonly result: string | null
   readonly error: string | null
+  /** For a retry: when it runs next (epoch ms). */
+  readonly runAt: number | null
+  /** For a snooze: 1 gives back the attempt this claim used (max_attempts + 1); else 0. */
+  readonly grant: 0 | 1
 }
 
 /** A job as stored, with its result still JSON text. */
@@ -228,6 +247,7 @@ export interface JobRow {
   readonly result: string | null
   readonly error: string | null
   readonly attempt: number
+  readonly maxAttempts: number
   readonly priority: number
   readonly runAt: number | null
 }

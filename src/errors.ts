@@ -173,3 +173,25 @@ export class JobFailure<const Code extends string = never> extends Error {
 }
 // On the prototype, not enumerable: it shows in no JSON and no Object.keys of a failure.
 Object.defineProperty(JobFailure.prototype, JOB_FAILURE_BRAND, { value: true, enumerable: false, writable: false, configurable: false })
+
+/** The mark of a JobSnooze, from whichever copy of jobtable made it (as JOB_FAILURE_BRAND). */
+const JOB_SNOOZE_BRAND = Symbol.for('jobtable.JobSnooze')
+
+/**
+ * Thrown by `job.snooze(ms)`: ends the job's attempt with "run me again in
+ * `ms` milliseconds" (a provider's rate limit), without using up an
+ * attempt. Recognized across copies of jobtable, as JobFailure is.
+ */
+export class JobSnooze extends Error {
+  readonly delayMs: number
+  constructor(delayMs: number) {
+    super('jobtable: snooze')
+    this.delayMs = delayMs
+    this.name = 'JobSnooze'
+  }
+
+  static override [Symbol.hasInstance](value: unknown): boolean {
+    return (typeof value === 'object' || typeof value === 'function') && value !== null && (value as { [JOB_SNOOZE_BRAND]?: unknown })[JOB_SNOOZE_BRAND] === true
+  }
+}
+Object.defineProperty(JobSnooze.prototype, JOB_SNOOZE_BRAND, { value: true, enumerable: false, writable: false, configurable: false })

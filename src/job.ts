@@ -26,6 +26,8 @@ export interface Job {
   readonly error: string | null
   /** How many times a runner has claimed it: 0 until it first starts. */
   readonly attempt: number
+  /** How many attempts it may have: 1 unless its kind retries (a snooze adds one back). */
+  readonly maxAttempts: number
   /** Its priority: higher runs first; 0 unless enqueued with one. */
   readonly priority: number
   /** When it is (or was) due, in epoch milliseconds; null when enqueued without a due time. */
@@ -52,8 +54,11 @@ export const CODE_UNKNOWN_KIND = 'unknown_kind'
 /** The form of every failure code a kind may declare: lower-case snake case. */
 export const FAILURE_CODE_PATTERN = /^[a-z][a-z0-9_]{0,63}$/
 
+/** The error of a job whose handler passed its deadline (`timeoutMs`), whatever it then threw or returned. */
+export const CODE_TIMEOUT = 'timeout'
+
 /** Codes the runner stores itself; a kind cannot declare them. */
-export const RESERVED_CODES: ReadonlySet<string> = new Set([CODE_INTERNAL, CODE_UNKNOWN_KIND])
+export const RESERVED_CODES: ReadonlySet<string> = new Set([CODE_INTERNAL, CODE_UNKNOWN_KIND, CODE_TIMEOUT])
 
 /**
  * A claim or final write that fails with a transient database error is

@@ -1,6 +1,6 @@
 import type { StandardSchemaV1 } from '@standard-schema/spec'
-import { JobFailure, RegistrationError } from './errors.js'
-import { CODE_INTERNAL, FAILURE_CODE_PATTERN, RESERVED_CODES } from './job.js'
+import { JobFailure, JobSnooze, RegistrationError } from './errors.js'
+import { CODE_INTERNAL, CODE_TIMEOUT, FAILURE_CODE_PATTERN, RESERVED_CODES } from './job.js'
 import { decodePayload, isThenable } from './payload.js'
 import { publicJson } from './result.js'
 
@@ -26,6 +26,14 @@ export interface JobContext<R, Code extends string = string> {
   publish(partial: R): Promise<void>
   /** Throws a JobFailure with a code the kind declared: `return ctx.fail('no_recipe_found')`. */
   fail(code: Code): never
+  /**
+   * Ends this attempt with "run me again in `ms` milliseconds" (a
+   * provider's rate limit): the job goes back to the queue, scheduled,
+   * and the attempt is given back. `return ctx.snooze(60_000)`.
+   */
+  snooze(ms: number): never
+  /** This claim's number: 1 on the first start, counting every start since (retries, requeues, snoozes). */
+  readonly attempt: number
   /**
    * A signal for the handler's own last write (the one recording what the
    * job did): not aborted by stop, but bounded by FINAL_WRITE_TIMEOUT_MS.
@@ -58,6 +66,44 @@ export interface KindOptions<S extends StandardSchemaV1, R, Code extends string>
   readonly failures?: readonly Code[]
   /** Whether `POST /api/v1/jobs` may enqueue this kind. Default false: kinds are not exposed over HTTP. */
   readonly enqueueOverHttp?: boolean
+  /**
+   * Opt-in retries. Default none: a job has the single attempt of the
+   * reference design. A job that fails with one of `codes` (declared
+   * failure codes, and `internal_error` or `timeout` only if listed) while
+   * it has attempts left goes back to the queue, scheduled after an
+   * exponential backoff with jitter; its last attempt's failure is the
+   * job's failure.
+   */
+  readonly retry?: RetryOptions<Code>
+  /**
+   * Each start's deadline, in ms: at it the job's signal aborts, and the
+   * job fails with `timeout` whatever its handler then does (retried only
+   * if `retry.codes` lists `timeout`). A job's own `timeoutMs` overrides
+   * it. Default: none.
+   */
+  readonly timeoutMs?: number
+  /**
+   * The handler may safely run again after a crash: a job its process left
+   * running is queued again (using an attempt) instead of failing as
+   * `interrupted by restart`, while it has attempts left (`retry.maxAttempts`,
+   * default 3 for an idempotent kind). Default false: a handler starts at
+   * most once.
+   */
+  readonly idempotent?: boolean
+}
+
+/** Retries of a kind: how many attempts in all, which failures, how long between them. */
+export interface RetryOptions<Code extends string = string> {
+  /** Attempts in all, the first included: an integer from 1 to 1000. */
+  readonly maxAttempts: number
+  /** The failure codes to retry: declared ones, and `internal_error` or `timeout`. Default: none (only crashes, for an idempotent kind). */
+  readonly codes?: readonly (Code | typeof CODE_INTERNAL | typeof CODE_TIMEOUT)[]
+  /**
+   * The delay before attempt n+1: `baseMs * 2^(n-1)`, at most `maxMs`,
+   * then a random half of it taken off (so retries of many jobs spread).
+   * Defaults: baseMs 1000, maxMs 600000 (10 minutes).
+   */
+  readonly backoff?: { readonly baseMs?: number; readonly maxMs?: number }
 }
 
 /** A kind's options with its handler: the one-step form `runner.register(name, { ..., handler })` takes. */
@@ -80,12 +126,16 @@ export interface KindDef<S extends StandardSchemaV1 = StandardSchemaV1, R = unkn
   readonly result: ((result: R) => unknown) | undefined
   readonly failures: readonly Code[]
   readonly enqueueOverHttp: boolean
+  readonly retry: RetryOptions<Code> | undefined
+  readonly timeoutMs: number | undefined
+  readonly idempotent: boolean
   /** A JobFailure with one of the declared codes, to throw from a handler or a function it calls. */
   failure(code: Code): JobFailure<Code>
 }
 
-const DEFINITION_KEYS = ['payload', 'result', 'failures', 'enqueueOverHttp'] as const
+const DEFINITION_KEYS = ['payload', 'result', 'failures', 'enqueueOverHttp', 'retry', 'timeoutMs', 'idempotent'] as const
 const REGISTER_KEYS = [...DEFINITION_KEYS, 'handler'] as const
+
 
 /**
  * Defines a kind once, for producers and workers to share. Checks the
@@ -104,6 +154,9 @@ export function defineKind<S extends StandardSchemaV1, R = unknown, const Code e
     result: options.result,
     failures,
     enqueueOverHttp: options.enqueueOverHttp === true,
+    retry: options.retry,
+    timeoutMs: options.timeoutMs,
+    idempotent: options.idempotent === true,
     failure: (code: Code) => new JobFailure<Code>(code),
   })
 }
@@ -116,7 +169,7 @@ export function splitDefinition(name: string, definition: KindDefinition<Standar
 }
 
 /** The outcome of running one job's handler: a public result, or a failure code and a loggable reason. */
-export type Outcome = { readonly result: string } | { readonly code: string; readonly reason: string }
+export type Outcome = { readonly result: string } | { readonly code: string; readonly reason: string } | { readonly snoozeMs: number }
 
 /**
  * A kind known to a runner, with the code that runs its jobs when this
@@ -128,8 +181,15 @@ export class RegisteredKind {
   readonly schema: StandardSchemaV1
   readonly enqueueOverHttp: boolean
   readonly handler: Handler<StandardSchemaV1, unknown, string> | undefined
+  /** Attempts each job of the kind may have: stored with the job at its enqueue. */
+  readonly maxAttempts: number
+  readonly timeoutMs: number | null
+  readonly idempotent: boolean
   readonly #definition: KindDef
   readonly #declared: ReadonlySet<string>
+  readonly #retried: ReadonlySet<string>
+  readonly #baseMs: number
+  readonly #maxMs: number
 
   constructor(definition: KindDef, handler: Handler<StandardSchemaV1, unknown, string> | undefined) {
     if (handler !== undefined && typeof handler !== 'function') throw new RegistrationError(definition.name, 'the handler must be a function')
@@ -139,11 +199,32 @@ export class RegisteredKind {
     this.handler = handler
     this.#definition = definition
     this.#declared = new Set(definition.failures)
+    this.idempotent = definition.idempotent
+    this.maxAttempts = definition.retry?.maxAttempts ?? (definition.idempotent ? 3 : 1)
+    this.timeoutMs = definition.timeoutMs ?? null
+    this.#retried = new Set(definition.retry?.codes ?? [])
+    this.#baseMs = definition.retry?.backoff?.baseMs ?? 1_000
+    this.#maxMs = definition.retry?.backoff?.maxMs ?? 600_000
+  }
+
+  /** Whether a failure with `code` goes back to the queue while the job has attempts left. */
+  retries(code: string): boolean {
+    return this.#retried.has(code)
+  }
+
+  /** The delay before the attempt after `attempt`: exponential, capped, with a random half taken off. */
+  backoffMs(attempt: number, random: () => number = Math.random): number {
+    const full = Math.min(this.#maxMs, this.#baseMs * 2 ** Math.min(Math.max(0, attempt - 1), 40))
+    return Math.round(full / 2 + (random() * full) / 2)
   }
 
   /** The failure a thrown value stands for: a declared code, or internal_error for anything else, even a value that throws when inspected. */
   #classify(thrown: unknown): Outcome {
     try {
+      if (thrown instanceof JobSnooze) {
+        const ms: unknown = (thrown as JobSnooze).delayMs
+        return typeof ms === 'number' && Number.isSafeInteger(ms) && ms >= 0 ? { snoozeMs: ms } : { code: CODE_INTERNAL, reason: 'snooze without a valid delay' }
+      }
       if (!(thrown instanceof JobFailure)) return { code: CODE_INTERNAL, reason: 'handler error' }
       const code: unknown = thrown.code
       if (typeof code !== 'string' || !this.#declared.has(code)) return { code: CODE_INTERNAL, reason: 'undeclared failure code' }
@@ -207,6 +288,7 @@ function validateDefinition(name: string, def: object | undefined, keys: readonl
   if (d.enqueueOverHttp !== undefined && typeof d.enqueueOverHttp !== 'boolean') {
     throw new RegistrationError(name, 'enqueueOverHttp must be true or false')
   }
+  validateLifecycle(name, d)
   const codes: unknown = d.failures ?? []
   if (!Array.isArray(codes)) throw new RegistrationError(name, 'failures must be an array of codes')
   for (const code of codes) {
@@ -214,6 +296,34 @@ function validateDefinition(name: string, def: object | undefined, keys: readonl
       throw new RegistrationError(name, `failure code ${describe(code)} is not lower-case snake case`)
     }
     if (RESERVED_CODES.has(code)) throw new RegistrationError(name, `failure code ${JSON.stringify(code)} is reserved for the runner`)
+  }
+}
+
+/** Checks retry, timeoutMs and idempotent; refuses unknown keys in retry and its backoff. */
+function validateLifecycle(name: string, d: Partial<KindDefinition<StandardSchemaV1, unknown, string>>): void {
+  if (d.idempotent !== undefined && typeof d.idempotent !== 'boolean') throw new RegistrationError(name, 'idempotent must be true or false')
+  if (d.timeoutMs !== undefined && !(Number.isSafeInteger(d.timeoutMs) && d.timeoutMs > 0)) throw new RegistrationError(name, 'timeoutMs must be an integer > 0')
+  const retry: unknown = d.retry
+  if (retry === undefined) return
+  if (retry === null || typeof retry !== 'object') throw new RegistrationError(name, 'retry must be an object { maxAttempts, codes?, backoff? }')
+  for (const key of Object.keys(retry)) {
+    if (!['maxAttempts', 'codes', 'backoff'].includes(key)) throw new RegistrationError(name, `unknown retry option ${JSON.stringify(key)} (known: maxAttempts, codes, backoff)`)
+  }
+  const { maxAttempts, codes = [], backoff = {} } = retry as RetryOptions
+  if (!Number.isInteger(maxAttempts) || maxAttempts < 1 || maxAttempts > 1000) throw new RegistrationError(name, 'retry.maxAttempts must be an integer from 1 to 1000')
+  if (!Array.isArray(codes)) throw new RegistrationError(name, 'retry.codes must be an array of codes')
+  const declared = new Set<unknown>(d.failures ?? [])
+  for (const code of codes as unknown[]) {
+    if (code !== CODE_INTERNAL && code !== CODE_TIMEOUT && !declared.has(code)) {
+      throw new RegistrationError(name, `retry code ${describe(code)} is neither a declared failure code nor internal_error or timeout`)
+    }
+  }
+  if (backoff === null || typeof backoff !== 'object') throw new RegistrationError(name, 'retry.backoff must be an object { baseMs?, maxMs? }')
+  for (const key of Object.keys(backoff)) {
+    if (key !== 'baseMs' && key !== 'maxMs') throw new RegistrationError(name, `unknown retry.backoff option ${JSON.stringify(key)} (known: baseMs, maxMs)`)
+  }
+  for (const [key, value] of Object.entries(backoff)) {
+    if (!Number.isSafeInteger(value) || (value as number) < 0) throw new RegistrationError(name, `retry.backoff.${key} must be an integer >= 0`)
   }
 }
 

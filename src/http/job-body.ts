@@ -7,7 +7,7 @@ export const TERMINAL: ReadonlySet<string> = new Set(['succeeded', 'failed', 'ca
 /**
  * Exactly the fields the API shows of a job, in a fixed order: the
  * reference design's five (id, kind, status, result, error), then
- * attempt, priority and runAt, and nothing a later runner version might
+ * attempt, maxAttempts, priority and runAt, and nothing a later runner version might
  * add without saying so.
  */
 export function jobBody(job: Job): Job {
@@ -18,6 +18,7 @@ export function jobBody(job: Job): Job {
     result: job.result,
     error: job.error,
     attempt: job.attempt,
+    maxAttempts: job.maxAttempts,
     priority: job.priority,
     runAt: job.runAt,
   }

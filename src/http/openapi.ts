@@ -41,7 +41,7 @@ export const openApiDocument = {
     schemas: {
       Job: {
         type: 'object',
-        required: ['id', 'kind', 'status', 'result', 'error', 'attempt', 'priority', 'runAt'],
+        required: ['id', 'kind', 'status', 'result', 'error', 'attempt', 'maxAttempts', 'priority', 'runAt'],
         additionalProperties: false,
         properties: {
           id: { type: 'string', format: 'uuid' },
@@ -53,6 +53,7 @@ export const openApiDocument = {
             description: 'Set only on a failed job: a failure code the kind declared, internal_error, unknown_kind or "interrupted by restart".',
           },
           attempt: { type: 'integer', minimum: 0, description: 'How many times a runner has claimed the job: 0 until it first starts.' },
+          maxAttempts: { type: 'integer', minimum: 1, description: 'How many attempts it may have: 1 unless its kind retries; a snooze gives one back.' },
           priority: { type: 'integer', description: 'Higher runs first; 0 unless enqueued with one.' },
           runAt: {
             type: ['integer', 'null'],

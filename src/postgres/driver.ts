@@ -222,10 +222,25 @@ export class PostgresDriver implements Driver<PgQueryable, false> {
 
   /** Final writes and the next claim in one statement (see queries.finishAndClaimJobs). */
   async jobFinishManyAndClaim({ finishes, now, signal, claim }: FinishAndClaimParams): Promise<FinishAndClaimResult> {
-    const values = [...finishValues(finishes, now), claim.limit, claim.runnerId, claim.kinds]
+    const { final, retried } = await this.#retryFirst(finishes, now, signal)
+    const values = [...finishValues(final, now), claim.limit, claim.runnerId, claim.kinds]
     const rows = (await this.#query<ClaimedRow & { part: 'f' | 'c' }>('finish and claim jobs', this.#q.finishAndClaimJobs, values, signal)).rows
     const changed = new Set(rows.filter((r) => r.part === 'f').map((r) => r.id))
+    for (const id of retried) changed.add(id)
     return { applied: finishes.map((f) => changed.has(f.id)), claimed: toClaimed(rows.filter((r) => r.part === 'c')) }
+  }
+
+  /**
+   * Sends a batch's retries and snoozes back to the queue in a statement
+   * of their own (most batches have none, and the final writes keep their
+   * plain statement); returns the other finishes and the ids retried.
+   */
+  async #retryFirst(finishes: readonly JobFinish[], now: number, signal: AbortSignal | undefined): Promise<{ final: readonly JobFinish[]; retried: readonly string[] }> {
+    if (!finishes.some((f) => f.status === 'retry')) return { final: finishes, retried: [] }
+    const retries = finishes.filter((f) => f.status === 'retry')
+    const values = [retries.map((f) => f.id), retries.map((f) => f.attempt), retries.map((f) => f.runAt), retries.map((f) => f.result), retries.map((f) => f.grant), now]
+    const res = await this.#query<{ id: string }>('retry jobs', this.#q.retryJobs, values, signal)
+    return { final: finishes.filter((f) => f.status !== 'retry'), retried: res.rows.map((r) => r.id) }
   }
 
   async jobRequeueLost({ runnerId, keep, now }: { runnerId: string; keep: readonly string[]; now: number }): Promise<number> {
@@ -259,13 +274,19 @@ export class PostgresDriver implements Driver<PgQueryable, false> {
   }
 
   async jobFinishMany({ finishes, now, signal }: { finishes: readonly JobFinish[]; now: number; signal?: AbortSignal }): Promise<boolean[]> {
-    const res = await this.#query<{ id: string }>('finish jobs', this.#q.finishJobs, finishValues(finishes, now), signal)
-    const changed = new Set(res.rows.map((r) => r.id))
+    const { final, retried } = await this.#retryFirst(finishes, now, signal)
+    const changed = new Set(retried)
+    if (final.length > 0) {
+      const res = await this.#query<{ id: string }>('finish jobs', this.#q.finishJobs, finishValues(final, now), signal)
+      for (const r of res.rows) changed.add(r.id)
+    }
     return finishes.map((f) => changed.has(f.id))
   }
 
-  async jobFailInterrupted({ runnerId, error, now }: { runnerId: string; error: string; now: number }): Promise<number> {
-    return (await this.#query('fail interrupted jobs', this.#q.failInterrupted, [runnerId, error, now])).rowCount ?? 0
+  async jobFailInterrupted({ runnerId, error, now }: { runnerId: string; error: string; now: number }): Promise<{ failed: number; requeued: number }> {
+    const { rows } = await this.#query<{ requeue: boolean }>('fail interrupted jobs', this.#q.failInterrupted, [runnerId, error, now])
+    const requeued = rows.filter((r) => r.requeue).length
+    return { failed: rows.length - requeued, requeued }
   }
 
   async runnerRegister({ runnerId, kinds, now }: { runnerId: string; kinds: readonly string[]; now: number }): Promise<void> {
@@ -433,12 +454,14 @@ interface ClaimedRow {
   readonly kind: string
   readonly payload: string
   readonly attempt: number
+  readonly maxAttempts: number
+  readonly timeoutMs: number | null
 }
 
 /** Claimed rows as jobs, oldest first: RETURNING gives no order. */
 function toClaimed(rows: readonly ClaimedRow[]): ClaimedJob[] {
   return rows
-    .map((r) => ({ seq: Number(r.seq), id: r.id, kind: r.kind, payload: r.payload, attempt: r.attempt }))
+    .map((r) => ({ seq: Number(r.seq), id: r.id, kind: r.kind, payload: r.payload, attempt: r.attempt, maxAttempts: r.maxAttempts, timeoutMs: r.timeoutMs }))
     .sort((a, b) => a.seq - b.seq)
     .map(({ seq: _seq, ...job }) => job)
 }
@@ -463,6 +486,9 @@ function insertValues(jobs: readonly NewJob[], now: number): unknown[] {
     now,
     jobs.map((j) => j.priority),
     jobs.map((j) => j.runAt),
+    jobs.map((j) => j.maxAttempts),
+    jobs.map((j) => j.timeoutMs),
+    jobs.map((j) => j.requeueInterrupted),
   ]
 }
 

@@ -106,6 +106,16 @@ export const MIGRATIONS: readonly Migration[] = [
       CREATE INDEX jobs_scheduled ON ${s}.jobs (run_at) WHERE status = 'scheduled';
     `,
   },
+  {
+    version: 6,
+    sql: (s) => `
+      -- Retries, snoozes, timeouts and requeue after a crash, per job (see
+      -- the SQLite migration of the same number).
+      ALTER TABLE ${s}.jobs ADD COLUMN max_attempts integer NOT NULL DEFAULT 1;
+      ALTER TABLE ${s}.jobs ADD COLUMN timeout_ms integer;
+      ALTER TABLE ${s}.jobs ADD COLUMN requeue_interrupted boolean NOT NULL DEFAULT false;
+    `,
+  },
 ]
 
 /** The schema version this jobtable writes. */

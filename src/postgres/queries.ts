@@ -13,7 +13,7 @@ const dbNowMs = `(extract(epoch from clock_timestamp()) * 1000)::bigint`
 export const NOTIFY_CHANNEL = 'jobtable_jobs'
 
 /** The columns a job is read with (run_at as a number: bigint would come back as a string). */
-const JOB_COLUMNS = `id, kind, status, result::text AS result, error, attempt, priority, run_at::float8 AS "runAt"`
+const JOB_COLUMNS = `id, kind, status, result::text AS result, error, attempt, max_attempts AS "maxAttempts", priority, run_at::float8 AS "runAt"`
 
 /** The statements of one schema. */
 export type Queries = ReturnType<typeof queries>
@@ -27,11 +27,13 @@ export function queries(s: string) {
      * in the order of the batch.
      */
     insertJobs: `
-      INSERT INTO ${s}.jobs (id, kind, payload, scope, created_at, updated_at, priority, run_at, status)
+      INSERT INTO ${s}.jobs (id, kind, payload, scope, created_at, updated_at, priority, run_at, status,
+                             max_attempts, timeout_ms, requeue_interrupted)
       SELECT t.id, t.kind, t.payload, t.scope, $5, $5, t.priority, t.run_at,
-             CASE WHEN t.run_at > $5 THEN 'scheduled' ELSE 'queued' END
-        FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $6::int[], $7::bigint[])
-             WITH ORDINALITY AS t(id, kind, payload, scope, priority, run_at, ord)
+             CASE WHEN t.run_at > $5 THEN 'scheduled' ELSE 'queued' END,
+             t.max_attempts, t.timeout_ms, t.requeue
+        FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $6::int[], $7::bigint[], $8::int[], $9::int[], $10::boolean[])
+             WITH ORDINALITY AS t(id, kind, payload, scope, priority, run_at, max_attempts, timeout_ms, requeue, ord)
        ORDER BY t.ord`,
 
     /**
@@ -66,7 +68,7 @@ export function queries(s: string) {
       UPDATE ${s}.jobs AS j
          SET status = 'running', attempt = j.attempt + 1, runner_id = $2, started_at = $3, updated_at = $3
         FROM next WHERE j.seq = next.seq
-      RETURNING j.seq, j.id, j.kind, j.payload, j.attempt`,
+      RETURNING j.seq, j.id, j.kind, j.payload, j.attempt, j.max_attempts AS "maxAttempts", j.timeout_ms AS "timeoutMs"`,
 
     /**
      * Puts back the jobs a claim marked running for a runner whose claim
@@ -90,6 +92,20 @@ export function queries(s: string) {
      * ids it changed: a finish whose id is missing was not running under
      * its claim.
      */
+    /**
+     * Fenced like finishJobs: sends jobs back for another attempt, each due
+     * at its run_at (scheduled until then); a snooze (grant 1) gives back
+     * the attempt it used. Returns the ids it changed.
+     */
+    retryJobs: `
+      UPDATE ${s}.jobs AS j
+         SET status = CASE WHEN f.run_at > $6 THEN 'scheduled' ELSE 'queued' END, run_at = f.run_at,
+             result = coalesce(f.result::jsonb, j.result), runner_id = NULL, started_at = NULL,
+             max_attempts = j.max_attempts + f.grant, updated_at = $6
+        FROM unnest($1::text[], $2::int[], $3::bigint[], $4::text[], $5::int[]) AS f(id, attempt, run_at, result, grant)
+       WHERE j.id = f.id AND j.status = 'running' AND j.attempt = f.attempt
+      RETURNING j.id`,
+
     /** Fenced like finishJobs: puts claimed jobs no handler started back in the queue. */
     releaseJobs: `
       UPDATE ${s}.jobs AS j
@@ -126,11 +142,12 @@ export function queries(s: string) {
         UPDATE ${s}.jobs AS j
            SET status = 'running', attempt = j.attempt + 1, runner_id = $8, started_at = $6, updated_at = $6
           FROM next WHERE j.seq = next.seq
-        RETURNING j.seq, j.id, j.kind, j.payload, j.attempt
+        RETURNING j.seq, j.id, j.kind, j.payload, j.attempt, j.max_attempts, j.timeout_ms
       )
-      SELECT 'f' AS part, NULL::bigint AS seq, id, NULL AS kind, NULL AS payload, NULL::integer AS attempt FROM finished
+      SELECT 'f' AS part, NULL::bigint AS seq, id, NULL AS kind, NULL AS payload, NULL::integer AS attempt,
+             NULL::integer AS "maxAttempts", NULL::integer AS "timeoutMs" FROM finished
       UNION ALL
-      SELECT 'c', seq, id, kind, payload, attempt FROM claimed`,
+      SELECT 'c', seq, id, kind, payload, attempt, max_attempts, timeout_ms FROM claimed`,
 
     /**
      * The sweep, in one statement: forgets the runners whose lease has
@@ -142,12 +159,22 @@ export function queries(s: string) {
     failInterrupted: `
       WITH gone AS (
         DELETE FROM ${s}.runners WHERE id <> $1 AND expires_at < ${dbNowMs} RETURNING id
+      ), orphans AS (
+        SELECT j.seq, (j.requeue_interrupted AND j.attempt < j.max_attempts) AS requeue FROM ${s}.jobs j
+         WHERE j.status = 'running' AND j.runner_id IS DISTINCT FROM $1
+           AND (j.runner_id IS NULL
+                OR j.runner_id IN (SELECT id FROM gone)
+                OR NOT EXISTS (SELECT 1 FROM ${s}.runners r WHERE r.id = j.runner_id))
       )
-      UPDATE ${s}.jobs AS j SET status = 'failed', error = $2, finished_at = $3, updated_at = $3
-       WHERE j.status = 'running' AND j.runner_id IS DISTINCT FROM $1
-         AND (j.runner_id IS NULL
-              OR j.runner_id IN (SELECT id FROM gone)
-              OR NOT EXISTS (SELECT 1 FROM ${s}.runners r WHERE r.id = j.runner_id))`,
+      UPDATE ${s}.jobs AS j
+         SET status = CASE WHEN o.requeue THEN 'queued' ELSE 'failed' END,
+             error = CASE WHEN o.requeue THEN NULL ELSE $2::text END,
+             finished_at = CASE WHEN o.requeue THEN NULL ELSE $3::bigint END,
+             runner_id = CASE WHEN o.requeue THEN NULL ELSE j.runner_id END,
+             started_at = CASE WHEN o.requeue THEN NULL ELSE j.started_at END,
+             updated_at = $3::bigint
+        FROM orphans o WHERE j.seq = o.seq
+      RETURNING o.requeue`,
 
     /** Records a live runner of the kinds $4 with a lease of $3 ms on the database's clock. */
     registerRunner: `

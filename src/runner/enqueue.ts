@@ -33,15 +33,31 @@ export interface EnqueueOptions {
    * of one priority run in insertion order. Default 0.
    */
   readonly priority?: number
+  /** This job's deadline from each start, in ms, instead of its kind's `timeoutMs`. */
+  readonly timeoutMs?: number
 }
 
-const ENQUEUE_KEYS = ['scope', 'runAt', 'delayMs', 'priority'] as const
+const ENQUEUE_KEYS = ['scope', 'runAt', 'delayMs', 'priority', 'timeoutMs'] as const
 
 /** The fields of a stored job that an enqueue's options decide. */
 interface Placement {
   readonly scope: string | null
   readonly priority: number
   readonly runAt: number | null
+  readonly timeoutMs: number | null
+}
+
+/** A stored job's fields beside its id and payload: from the enqueue's options, and its kind's lifecycle. */
+function fieldsOf(kind: RegisteredKind, placement: Placement): Omit<NewJob, 'id' | 'payload'> {
+  return {
+    kind: kind.name,
+    scope: placement.scope,
+    priority: placement.priority,
+    runAt: placement.runAt,
+    timeoutMs: placement.timeoutMs ?? kind.timeoutMs,
+    maxAttempts: kind.maxAttempts,
+    requeueInterrupted: kind.idempotent,
+  }
 }
 
 /** Enqueues jobs of one kind; `In` is its payload schema's input type. */
@@ -72,21 +88,27 @@ export class Enqueuer {
   readonly #clock: () => number
   readonly #wake: () => void
   readonly #scheduled: (runAt: number) => void
+  readonly #wakeAll: () => void
   readonly #inserter: Batcher<NewJob>
 
-  /** `wake` after a job is stored; `scheduled` with a job's due time, after a job due later is stored. */
-  constructor(driver: Driver, clock: () => number, wake: () => void, scheduled: (runAt: number) => void) {
+  /**
+   * `wake` after a job is stored; `scheduled` with a job's due time, after
+   * a job due later is stored; `wakeAll` for a handle's wake() (after a
+   * transactional enqueue: the workers and the scheduler look again).
+   */
+  constructor(driver: Driver, clock: () => number, wake: () => void, scheduled: (runAt: number) => void, wakeAll: () => void) {
     this.#driver = driver
     this.#clock = clock
     this.#wake = wake
     this.#scheduled = scheduled
+    this.#wakeAll = wakeAll
     this.#inserter = new Batcher((jobs) => this.#insertBatch(jobs))
   }
 
   /** Validates and stores one job of `kind`; resolves to its id once durable. */
   async enqueue(kind: RegisteredKind, payload: unknown, options: EnqueueOptions | undefined): Promise<string> {
     const placement = placementOf(options, this.#clock)
-    const job: NewJob = { id: newJobId(), kind: kind.name, payload: await encodePayload(kind.name, kind.schema, payload), ...placement }
+    const job: NewJob = { id: newJobId(), payload: await encodePayload(kind.name, kind.schema, payload), ...fieldsOf(kind, placement) }
     await this.#inserter.add(job)
     this.#stored(placement)
     return job.id
@@ -118,7 +140,8 @@ export class Enqueuer {
           throw err
         }
         const texts = encoded.every((e) => typeof e === 'string') ? encoded : await Promise.all(encoded)
-        const jobs: NewJob[] = texts.map((payload) => ({ id: newJobId(), kind: name, payload, ...placement }))
+        const fields = fieldsOf(kind, placement)
+        const jobs: NewJob[] = texts.map((payload) => ({ id: newJobId(), payload, ...fields }))
         await driver.jobInsertMany({ jobs, now: this.#clock() })
         this.#stored(placement)
         return jobs.map((j) => j.id)
@@ -127,17 +150,17 @@ export class Enqueuer {
         // The transaction may yet roll back: the scheduler learns of the job from the database, or from wake().
         const placement = placementOf(options, this.#clock)
         if (driver.capabilities.txSync) {
-          const job: NewJob = { id: newJobId(), kind: name, payload: encodePayloadSync(name, schema, payload), ...placement }
+          const job: NewJob = { id: newJobId(), payload: encodePayloadSync(name, schema, payload), ...fieldsOf(kind, placement) }
           driver.jobInsertTx({ tx, jobs: [job], now: this.#clock() })
           return job.id
         }
         return (async () => {
-          const job: NewJob = { id: newJobId(), kind: name, payload: await encodePayload(name, schema, payload), ...placement }
+          const job: NewJob = { id: newJobId(), payload: await encodePayload(name, schema, payload), ...fieldsOf(kind, placement) }
           await driver.jobInsertTx({ tx, jobs: [job], now: this.#clock() })
           return job.id
         })()
       }) as Kind<In, D>['enqueueTx'],
-      wake: () => this.#wake(),
+      wake: () => this.#wakeAll(),
     }
   }
 
@@ -166,11 +189,14 @@ const PRIORITY_MAX = 2_147_483_647
 
 /** What an enqueue's options place the job as; refuses unknown options and bad values (InvalidArgumentError). */
 function placementOf(options: EnqueueOptions | undefined, clock: () => number): Placement {
-  const { scope, runAt, delayMs, priority = 0 } = optionsObject(options, ENQUEUE_KEYS, 'enqueue', 'argument')
+  const { scope, runAt, delayMs, priority = 0, timeoutMs } = optionsObject(options, ENQUEUE_KEYS, 'enqueue', 'argument')
   if (!Number.isInteger(priority) || priority < PRIORITY_MIN || priority > PRIORITY_MAX) {
     throw new InvalidArgumentError(`priority must be an integer from ${PRIORITY_MIN} to ${PRIORITY_MAX}`)
   }
-  return { scope: scopeOf(scope), priority, runAt: dueOf(runAt, delayMs, clock) }
+  if (timeoutMs !== undefined && !(Number.isSafeInteger(timeoutMs) && timeoutMs > 0 && timeoutMs <= PRIORITY_MAX)) {
+    throw new InvalidArgumentError('timeoutMs must be an integer > 0 (milliseconds)')
+  }
+  return { scope: scopeOf(scope), priority, runAt: dueOf(runAt, delayMs, clock), timeoutMs: timeoutMs ?? null }
 }
 
 /** The due time of runAt or delayMs, in epoch ms, or null for neither. */

@@ -1,8 +1,8 @@
 import diagnostics from 'node:diagnostics_channel'
-import type { ClaimedJob, ClaimParams, Driver } from '../driver.js'
-import { JobFailure, JobNotRunningError } from '../errors.js'
-import { CODE_INTERNAL, finalWriteSignal } from '../job.js'
-import type { JobContext, RegisteredKind } from '../kind.js'
+import type { ClaimedJob, ClaimParams, Driver, JobFinish } from '../driver.js'
+import { JobFailure, JobNotRunningError, JobSnooze } from '../errors.js'
+import { CODE_INTERNAL, CODE_TIMEOUT, finalWriteSignal } from '../job.js'
+import type { JobContext, Outcome, RegisteredKind } from '../kind.js'
 import type { Logger } from '../logger.js'
 import { Backoff, errorCode, isTransient, sleep } from './backoff.js'
 import type { ClaimGate } from './claim-gate.js'
@@ -27,6 +27,8 @@ interface Execution {
   returned: boolean
   /** Set when stop() gave up waiting for it: whatever it ends with is not recorded. */
   abandoned: boolean
+  /** A handler recorded as timed out that has not returned yet: its slot is freed when this settles. */
+  lingering: Promise<void> | undefined
   done: Promise<void>
 }
 
@@ -42,6 +44,8 @@ export interface ProducerOptions {
   readonly clock: () => number
   /** Called once when a claim fails with an error that can never succeed; the runner then stops. */
   readonly onFatal: (err: unknown) => void
+  /** How long after a job's deadline its handler is waited for before the job is recorded as timed out. */
+  readonly timeoutGraceMs: number
 }
 
 /**
@@ -60,6 +64,7 @@ export class Producer implements Piggyback {
   readonly #logger: Logger
   readonly #clock: () => number
   readonly #onFatal: (err: unknown) => void
+  readonly #timeoutGraceMs: number
   readonly #stopping = new AbortController()
   readonly #completer: Completer
   readonly #executions = new Map<string, Execution>()
@@ -84,6 +89,7 @@ export class Producer implements Piggyback {
     this.#logger = options.logger
     this.#clock = options.clock
     this.#onFatal = options.onFatal
+    this.#timeoutGraceMs = options.timeoutGraceMs
     this.#idle = options.workers
     this.#completer = new Completer(options.driver, options.logger, options.clock, this.#stopping.signal, this)
   }
@@ -255,13 +261,15 @@ export class Producer implements Piggyback {
   /** Starts a claimed job on an idle worker; when it ends, the worker looks for work again. */
   #start(job: ClaimedJob): void {
     this.#idle--
-    const execution: Execution = { job, controller: undefined, returned: false, abandoned: false, done: Promise.resolve() }
+    const execution: Execution = { job, controller: undefined, returned: false, abandoned: false, lingering: undefined, done: Promise.resolve() }
     execution.done = this.#run(execution)
       .catch(() => {
         // #run handles every outcome itself; reaching here is a jobtable bug, and its text may quote job data.
         this.#logger.error({ job_id: job.id, kind: job.kind, code: CODE_INTERNAL }, 'unexpected error running a job')
-        return this.#finish(execution, null, CODE_INTERNAL)
+        return this.#finish(execution, { status: 'failed', result: null, error: CODE_INTERNAL, runAt: null, grant: 0 })
       })
+      // A handler recorded as timed out keeps its slot until it returns.
+      .then(() => execution.lingering)
       .finally(() => {
         this.#executions.delete(job.id)
         this.#idle++
@@ -310,34 +318,83 @@ export class Producer implements Piggyback {
       fail: (code) => {
         throw new JobFailure<string>(code)
       },
+      snooze: (ms) => {
+        throw new JobSnooze(ms)
+      },
+      attempt: job.attempt,
       finalWriteSignal,
     }
-    const outcome = await kind.run(job.payload, ctx)
-    settled = execution.returned = true
+    const outcome = await this.#runBounded(execution, kind, ctx, () => (settled = true))
+    settled = true
     if (execution.abandoned) {
       this.#logger.warn(fields, 'job ended after stop stopped waiting for it; not recorded, it fails as interrupted')
       return
     }
     if ('result' in outcome) {
       this.#logger.debug(fields, 'job succeeded')
-      return this.#finish(execution, outcome.result, null)
+      return this.#finish(execution, { status: 'succeeded', result: outcome.result, error: null, runAt: null, grant: 0 })
+    }
+    if ('snoozeMs' in outcome) {
+      this.#logger.debug({ ...fields, snooze_ms: outcome.snoozeMs }, 'job snoozed')
+      return this.#finish(execution, { status: 'retry', result: null, error: null, runAt: this.#clock() + outcome.snoozeMs, grant: 1 })
     }
     if (this.#stopping.signal.aborted) {
       this.#logger.warn(fields, 'job interrupted by shutdown; it fails at the next start')
       return
     }
-    if (outcome.code === CODE_INTERNAL) this.#logger.error({ ...fields, code: outcome.code, reason: outcome.reason }, 'job failed')
-    else this.#logger.info({ ...fields, code: outcome.code, reason: outcome.reason }, 'job failed')
-    return this.#finish(execution, null, outcome.code)
+    const logged = { ...fields, code: outcome.code, reason: outcome.reason, attempt: job.attempt, max_attempts: job.maxAttempts }
+    if (kind.retries(outcome.code) && job.attempt < job.maxAttempts) {
+      const runAt = this.#clock() + kind.backoffMs(job.attempt)
+      this.#logger.info({ ...logged, run_at: runAt }, 'job failed; retrying')
+      return this.#finish(execution, { status: 'retry', result: null, error: null, runAt, grant: 0 })
+    }
+    if (outcome.code === CODE_INTERNAL || outcome.code === CODE_TIMEOUT) this.#logger.error(logged, 'job failed')
+    else this.#logger.info(logged, 'job failed')
+    return this.#finish(execution, { status: 'failed', result: null, error: outcome.code, runAt: null, grant: 0 })
   }
 
-  async #finish({ job }: Execution, result: string | null, error: string | null): Promise<void> {
-    const status = error === null ? 'succeeded' : 'failed'
-    const outcome = await this.#completer.finish({ id: job.id, attempt: job.attempt, status, result, error }, job.kind)
+  /**
+   * Runs the handler, within the job's deadline when it has one: at the
+   * deadline its signal aborts (and `expired` is called, so it can publish
+   * no more), and the outcome is `timeout` whatever the handler then does.
+   * A handler still running `timeoutGraceMs` after the deadline is not
+   * waited for to record the job, but its worker slot stays taken until it
+   * returns: the runner never runs more than `workers` handlers at once.
+   */
+  async #runBounded(execution: Execution, kind: RegisteredKind, ctx: JobContext<unknown>, expired: () => void): Promise<Outcome> {
+    const running = kind.run(execution.job.payload, ctx).finally(() => (execution.returned = true))
+    const timeoutMs = execution.job.timeoutMs
+    if (timeoutMs === null) return running
+    let deadline: NodeJS.Timeout | undefined
+    let grace: NodeJS.Timeout | undefined
+    let passed = false
+    const graceOver = new Promise<'grace'>((resolve) => {
+      deadline = setTimeout(() => {
+        passed = true
+        expired()
+        if (execution.controller === undefined) execution.controller = new AbortController()
+        execution.controller.abort()
+        grace = setTimeout(() => resolve('grace'), this.#timeoutGraceMs)
+      }, timeoutMs)
+    })
+    const first = await Promise.race([running, graceOver])
+    clearTimeout(deadline)
+    clearTimeout(grace)
+    if (!passed) return first as Outcome
+    if (first === 'grace') {
+      this.#logger.warn({ job_id: execution.job.id, kind: execution.job.kind }, 'job passed its deadline and its handler did not return; recorded as timeout, its worker stays taken until it does')
+      // Recorded now; the slot is freed when the handler returns (see #start).
+      execution.lingering = running.then(() => undefined)
+    }
+    return { code: CODE_TIMEOUT, reason: 'deadline passed' }
+  }
+
+  async #finish({ job }: Execution, end: Omit<JobFinish, 'id' | 'attempt'>): Promise<void> {
+    const outcome = await this.#completer.finish({ id: job.id, attempt: job.attempt, ...end }, job.kind)
     // A write given up leaves the job running under this runner: still held, so a lost-claim recovery never queues it again.
     if (outcome !== 'given_up') this.#gate.held.delete(job.id)
     if (jobEndChannel.hasSubscribers) {
-      jobEndChannel.publish({ runnerId: this.#runnerId, jobId: job.id, kind: job.kind, status, error })
+      jobEndChannel.publish({ runnerId: this.#runnerId, jobId: job.id, kind: job.kind, status: end.status, error: end.error })
     }
   }
 }

@@ -48,9 +48,15 @@ export interface RunnerOptions<D extends Driver> {
    * rejects with). It is also logged at error. Default: none.
    */
   readonly onFatal?: (error: unknown) => void
+  /**
+   * How long after a job's deadline (`timeoutMs`) its handler is waited
+   * for before the job is recorded as `timeout` anyway. Its worker slot
+   * stays taken until the handler returns. Default 1000 ms.
+   */
+  readonly timeoutGraceMs?: number
 }
 
-const RUNNER_KEYS = ['driver', 'workers', 'logger', 'clock', 'stopTimeoutMs', 'unknownKindGraceMs', 'onFatal'] as const
+const RUNNER_KEYS = ['driver', 'workers', 'logger', 'clock', 'stopTimeoutMs', 'unknownKindGraceMs', 'onFatal', 'timeoutGraceMs'] as const
 
 /** Options of `runner.stop`. */
 export interface StopOptions {
@@ -110,6 +116,7 @@ export class Runner<D extends Driver = Driver> {
   readonly #stopTimeoutMs: number
   readonly #unknownKindGraceMs: number
   readonly #onFatal: ((error: unknown) => void) | undefined
+  readonly #timeoutGraceMs: number
   readonly #kinds = new Map<string, RegisteredKind>()
   readonly #enqueuer: Enqueuer
   readonly #gate: ClaimGate
@@ -129,7 +136,7 @@ export class Runner<D extends Driver = Driver> {
   constructor(options: RunnerOptions<D>) {
     if (options === null || typeof options !== 'object') throw new ConfigError('options are required')
     optionsObject(options, RUNNER_KEYS, 'Runner options')
-    const { driver, workers = 10, logger, clock = Date.now, stopTimeoutMs = 20_000, unknownKindGraceMs = 3_600_000, onFatal } = options
+    const { driver, workers = 10, logger, clock = Date.now, stopTimeoutMs = 20_000, unknownKindGraceMs = 3_600_000, onFatal, timeoutGraceMs = 1_000 } = options
     if (driver === null || typeof driver !== 'object' || typeof driver.jobClaim !== 'function') {
       throw new ConfigError('a driver is required, e.g. sqlite({ path }) from jobtable/sqlite')
     }
@@ -142,6 +149,7 @@ export class Runner<D extends Driver = Driver> {
     if (typeof clock !== 'function') throw new ConfigError('clock must be a function returning milliseconds')
     checkMs('stopTimeoutMs', stopTimeoutMs)
     checkMs('unknownKindGraceMs', unknownKindGraceMs)
+    checkMs('timeoutGraceMs', timeoutGraceMs)
     if (onFatal !== undefined && typeof onFatal !== 'function') throw new ConfigError('onFatal must be a function')
     this.#driver = driver
     this.#workers = workers
@@ -150,8 +158,9 @@ export class Runner<D extends Driver = Driver> {
     this.#stopTimeoutMs = stopTimeoutMs
     this.#unknownKindGraceMs = unknownKindGraceMs
     this.#onFatal = onFatal
+    this.#timeoutGraceMs = timeoutGraceMs
     this.#gate = new ClaimGate(driver, this.id, clock)
-    this.#enqueuer = new Enqueuer(driver, clock, () => this.#producer?.wake(), (due) => this.#maintenance?.scheduler.noteDue(due))
+    this.#enqueuer = new Enqueuer(driver, clock, () => this.#producer?.wake(), (due) => this.#maintenance?.scheduler.noteDue(due), () => this.wake())
   }
 
   /** The driver this runner uses. */
@@ -211,8 +220,8 @@ export class Runner<D extends Driver = Driver> {
   /** Tells an idle worker to look for a queued job: call it after committing a transactional enqueue. */
   wake(): void {
     this.#producer?.wake()
-    // A clock moved on (a test's), or a transactional enqueue of a scheduled job: promote what is due.
-    this.#maintenance?.scheduler.wake()
+    // A transactional enqueue of a scheduled job, or a clock moved on (a test's): promote what is due, read the next due time.
+    void this.#maintenance?.scheduler.tick()
   }
 
   /**
@@ -272,9 +281,13 @@ export class Runner<D extends Driver = Driver> {
       logger: this.#logger,
       clock: this.#clock,
       onFatal: (err) => this.#fail(err),
+      timeoutGraceMs: this.#timeoutGraceMs,
     })
     maintenance.start()
-    this.#unwake = this.#driver.onWake?.(() => this.wake())
+    this.#unwake = this.#driver.onWake?.(() => {
+      this.#producer?.wake()
+      this.#maintenance?.scheduler.wake()
+    })
     this.#producer.start()
   }
 
@@ -391,6 +404,7 @@ function toJob(row: JobRow): Job {
     result: row.result === null ? null : (JSON.parse(row.result) as JsonValue),
     error: row.error,
     attempt: row.attempt,
+    maxAttempts: row.maxAttempts,
     priority: row.priority,
     runAt: row.runAt,
   }

@@ -101,6 +101,8 @@ export class SqliteDriver implements Driver<SqliteDatabase, true> {
   readonly #publish: Database.Statement
   readonly #finish: Database.Statement
   readonly #failInterrupted: Database.Statement
+  readonly #requeueInterrupted: Database.Statement
+  readonly #retry: Database.Statement
   readonly #registerRunner: Database.Statement
   readonly #heartbeatRunner: Database.Statement
   readonly #deleteRunner: Database.Statement
@@ -111,7 +113,7 @@ export class SqliteDriver implements Driver<SqliteDatabase, true> {
   readonly #failUnserved: Database.Statement
   readonly #promoteDue: Database.Statement
   readonly #nextDue: Database.Statement
-  readonly #sweep: (gone: readonly string[], runnerId: string, error: string, now: number) => number
+  readonly #sweep: (gone: readonly string[], runnerId: string, error: string, now: number) => { failed: number; requeued: number }
   readonly #locks: RunnerLocks
   readonly #pollIntervalMs: number
   readonly #wakers = new Set<() => void>()
@@ -172,6 +174,8 @@ export class SqliteDriver implements Driver<SqliteDatabase, true> {
     this.#publish = this.#writer.prepare(sql.publishResult)
     this.#finish = this.#writer.prepare(sql.finishJob)
     this.#failInterrupted = this.#writer.prepare(sql.failInterrupted)
+    this.#requeueInterrupted = this.#writer.prepare(sql.requeueInterrupted)
+    this.#retry = this.#writer.prepare(sql.retryJob)
     this.#registerRunner = this.#writer.prepare(sql.registerRunner)
     this.#heartbeatRunner = this.#writer.prepare(sql.heartbeatRunner)
     this.#deleteRunner = this.#writer.prepare(sql.deleteRunner)
@@ -185,7 +189,8 @@ export class SqliteDriver implements Driver<SqliteDatabase, true> {
     this.#locks = new RunnerLocks(this.#writer.memory ? null : this.#writer.name)
     this.#sweep = this.#writer.transaction((gone: readonly string[], runnerId: string, error: string, now: number) => {
       for (const id of gone) this.#deleteRunner.run({ runnerId: id })
-      return this.#failInterrupted.run({ runnerId, error, now }).changes
+      const requeued = this.#requeueInterrupted.run({ runnerId, now }).changes
+      return { failed: this.#failInterrupted.run({ runnerId, error, now }).changes, requeued }
     }).immediate
     this.#get = this.#reader.prepare(sql.getJob)
     this.#getScoped = this.#reader.prepare(sql.getScopedJob)
@@ -209,7 +214,18 @@ export class SqliteDriver implements Driver<SqliteDatabase, true> {
 
   // Named parameters spelled out rather than spread: this runs once per job on the hot path.
   #insertOne(statement: Database.Statement, job: NewJob, now: number): void {
-    statement.run({ id: job.id, kind: job.kind, payload: job.payload, scope: job.scope, now, priority: job.priority, runAt: job.runAt })
+    statement.run({
+      id: job.id,
+      kind: job.kind,
+      payload: job.payload,
+      scope: job.scope,
+      now,
+      priority: job.priority,
+      runAt: job.runAt,
+      maxAttempts: job.maxAttempts,
+      timeoutMs: job.timeoutMs,
+      requeueInterrupted: job.requeueInterrupted ? 1 : 0,
+    })
   }
 
   /** Inserts jobs[from..to) with one statement, prepared once per row count. */
@@ -220,7 +236,7 @@ export class SqliteDriver implements Driver<SqliteDatabase, true> {
       statement = this.#writer.prepare(sql.insertJobs(rows))
       this.#insertRows.set(rows, statement)
     }
-    const values: unknown[] = new Array(rows * 10)
+    const values: unknown[] = new Array(rows * 13)
     for (let i = from, v = 0; i < to; i++) {
       const job = jobs[i]!
       values[v++] = job.id
@@ -233,13 +249,20 @@ export class SqliteDriver implements Driver<SqliteDatabase, true> {
       values[v++] = job.runAt
       values[v++] = job.runAt
       values[v++] = now
+      values[v++] = job.maxAttempts
+      values[v++] = job.timeoutMs
+      values[v++] = job.requeueInterrupted ? 1 : 0
     }
     statement.run(values)
   }
 
   #finishEach(finishes: readonly JobFinish[], now: number): boolean[] {
     return finishes.map(
-      (f) => this.#finish.run({ id: f.id, attempt: f.attempt, status: f.status, result: f.result, error: f.error, now }).changes === 1,
+      (f) =>
+        (f.status === 'retry'
+          ? this.#retry.run({ id: f.id, attempt: f.attempt, result: f.result, runAt: f.runAt, grant: f.grant, now })
+          : this.#finish.run({ id: f.id, attempt: f.attempt, status: f.status, result: f.result, error: f.error, now })
+        ).changes === 1,
     )
   }
 
@@ -357,7 +380,7 @@ export class SqliteDriver implements Driver<SqliteDatabase, true> {
    * predecessor's jobs without waiting for a lease, and leaves those of a
    * live process beside it alone.
    */
-  async jobFailInterrupted({ runnerId, error, now }: { runnerId: string; error: string; now: number }): Promise<number> {
+  async jobFailInterrupted({ runnerId, error, now }: { runnerId: string; error: string; now: number }): Promise<{ failed: number; requeued: number }> {
     return this.#write('fail interrupted jobs', () => {
       const others = this.#otherRunners.all({ runnerId }) as { id: string }[]
       const gone = others.map((r) => r.id).filter((id) => !this.#locks.isAlive(id))

@@ -122,6 +122,21 @@ export const MIGRATIONS: readonly { version: number; sql: string }[] = [
       CREATE INDEX jobtable_jobs_scheduled ON jobtable_jobs (run_at) WHERE status = 'scheduled';
     `,
   },
+  {
+    version: 6,
+    sql: `
+      -- Retries, snoozes, timeouts and requeue after a crash, decided per
+      -- job at its enqueue from its kind (and its own options), so every
+      -- process, whatever kinds it knows, treats the job alike:
+      -- max_attempts: how many claims it may have (1: the single attempt of
+      -- the reference design; a snooze gives one back); timeout_ms: its
+      -- deadline from each start, NULL for none; requeue_interrupted: 1 for
+      -- a kind declared idempotent, whose job a crash queues again.
+      ALTER TABLE jobtable_jobs ADD COLUMN max_attempts INTEGER NOT NULL DEFAULT 1;
+      ALTER TABLE jobtable_jobs ADD COLUMN timeout_ms INTEGER;
+      ALTER TABLE jobtable_jobs ADD COLUMN requeue_interrupted INTEGER NOT NULL DEFAULT 0;
+    `,
+  },
 ]
 
 /** The schema version this jobtable writes. */

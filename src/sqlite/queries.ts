@@ -5,21 +5,25 @@
 
 /** A job due after @now is stored 'scheduled' (NULL > @now is NULL: queued). */
 export const insertJob = `
-  INSERT INTO jobtable_jobs (id, kind, payload, scope, created_at, updated_at, priority, run_at, status)
+  INSERT INTO jobtable_jobs (id, kind, payload, scope, created_at, updated_at, priority, run_at, status,
+                             max_attempts, timeout_ms, requeue_interrupted)
   VALUES (@id, @kind, @payload, @scope, @now, @now, @priority, @runAt,
-          CASE WHEN @runAt > @now THEN 'scheduled' ELSE 'queued' END)`
+          CASE WHEN @runAt > @now THEN 'scheduled' ELSE 'queued' END,
+          @maxAttempts, @timeoutMs, @requeueInterrupted)`
 
 /**
- * `rows` jobs in one statement, nine positional parameters per row (id,
- * kind, payload, scope, now, now, priority, runAt, then runAt again with
- * now for the status as in insertJob), inserted in the order given. Fewer
+ * `rows` jobs in one statement, thirteen positional parameters per row
+ * (id, kind, payload, scope, now, now, priority, runAt, then runAt again
+ * with now for the status as in insertJob, maxAttempts, timeoutMs,
+ * requeueInterrupted), inserted in the order given. Fewer
  * statements per batch: about a third more jobs per second for a batch of
  * 1,000 than one insertJob per row (bench/).
  */
 export function insertJobs(rows: number): string {
   return `
-  INSERT INTO jobtable_jobs (id, kind, payload, scope, created_at, updated_at, priority, run_at, status)
-  VALUES ${Array.from({ length: rows }, () => "(?, ?, ?, ?, ?, ?, ?, ?, CASE WHEN ? > ? THEN 'scheduled' ELSE 'queued' END)").join(', ')}`
+  INSERT INTO jobtable_jobs (id, kind, payload, scope, created_at, updated_at, priority, run_at, status,
+                             max_attempts, timeout_ms, requeue_interrupted)
+  VALUES ${Array.from({ length: rows }, () => "(?, ?, ?, ?, ?, ?, ?, ?, CASE WHEN ? > ? THEN 'scheduled' ELSE 'queued' END, ?, ?, ?)").join(', ')}`
 }
 
 /** The most rows one insertJobs statement takes; a bigger batch is written in chunks. */
@@ -44,7 +48,7 @@ export function claimJobs(kinds: number): string {
    WHERE seq IN (SELECT seq FROM jobtable_jobs
                   WHERE status = 'queued' AND kind IN (${Array.from({ length: kinds }, (_, i) => `@k${i}`).join(', ')})
                   ORDER BY priority DESC, seq LIMIT @limit)
-  RETURNING seq, id, kind, payload, attempt`
+  RETURNING seq, id, kind, payload, attempt, max_attempts AS maxAttempts, timeout_ms AS timeoutMs`
 }
 
 /**
@@ -83,6 +87,18 @@ export const releaseJob = `
   UPDATE jobtable_jobs SET status = 'queued', runner_id = NULL, started_at = NULL, updated_at = @now
    WHERE id = @id AND status = 'running' AND attempt = @attempt`
 
+/**
+ * Fenced like publishResult: sends a job back for another attempt, due at
+ * @runAt (scheduled until then); a snooze (@grant 1) gives back the
+ * attempt it used. The last partial result is kept.
+ */
+export const retryJob = `
+  UPDATE jobtable_jobs
+     SET status = CASE WHEN @runAt > @now THEN 'scheduled' ELSE 'queued' END, run_at = @runAt,
+         result = coalesce(@result, result), runner_id = NULL, started_at = NULL,
+         max_attempts = max_attempts + @grant, updated_at = @now
+   WHERE id = @id AND status = 'running' AND attempt = @attempt`
+
 /** Fenced like publishResult; a null result keeps the last partial one. */
 export const finishJob = `
   UPDATE jobtable_jobs
@@ -97,6 +113,17 @@ export const finishJob = `
  * could not finish, and those of a jobtable older than the runners table.
  * NOT IN is safe: jobtable_runners.id is NOT NULL.
  */
+/**
+ * Before failInterrupted, in the same transaction: the jobs it would fail
+ * that requeue after a crash (an idempotent kind) and have an attempt
+ * left go back to the queue instead.
+ */
+export const requeueInterrupted = `
+  UPDATE jobtable_jobs SET status = 'queued', runner_id = NULL, started_at = NULL, updated_at = @now
+   WHERE status = 'running' AND requeue_interrupted = 1 AND attempt < max_attempts
+     AND runner_id IS NOT @runnerId
+     AND (runner_id IS NULL OR runner_id NOT IN (SELECT id FROM jobtable_runners))`
+
 export const failInterrupted = `
   UPDATE jobtable_jobs SET status = 'failed', error = @error, finished_at = @now, updated_at = @now
    WHERE status = 'running'
@@ -123,7 +150,7 @@ export const promoteDue = `
 export const nextDue = `SELECT min(run_at) AS due FROM jobtable_jobs WHERE status = 'scheduled'`
 
 /** The columns a job is read with. */
-const JOB_COLUMNS = 'id, kind, status, result, error, attempt, priority, run_at AS runAt'
+const JOB_COLUMNS = 'id, kind, status, result, error, attempt, max_attempts AS maxAttempts, priority, run_at AS runAt'
 
 export const getJob = `SELECT ${JOB_COLUMNS} FROM jobtable_jobs WHERE id = @id`
 

@@ -296,7 +296,7 @@ describe('jobtable command', () => {
     expect(JSON.parse(scoped.stdout).jobs.map((j: { id: string }) => j.id)).toEqual([ids[0]])
     const show = cli(['jobs', 'show', ids[1]!, '-d', db])
     expect(await show.exit).toBe(0)
-    expect(JSON.parse(show.stdout)).toEqual({ id: ids[1], kind: 'echo', status: 'queued', result: null, error: null, attempt: 0, priority: 0, runAt: null })
+    expect(JSON.parse(show.stdout)).toEqual({ id: ids[1], kind: 'echo', status: 'queued', result: null, error: null, attempt: 0, priority: 0, runAt: null, maxAttempts: 1 })
     const missing = cli(['jobs', 'show', '00000000-0000-4000-8000-000000000000', '-d', db])
     expect(await missing.exit).toBe(1)
     expect(missing.stderr).toBe('jobtable: job not found\n')

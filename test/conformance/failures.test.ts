@@ -120,7 +120,7 @@ describeEachBackend('failures never leak', (backend) => {
         throw new Error(marker)
       },
     })
-    const unknown = { id: crypto.randomUUID(), kind: 'gone', payload: JSON.stringify({ note: marker }), scope: null, priority: 0, runAt: null }
+    const unknown = { id: crypto.randomUUID(), kind: 'gone', payload: JSON.stringify({ note: marker }), scope: null, priority: 0, runAt: null, maxAttempts: 1, timeoutMs: null, requeueInterrupted: false }
     await runner.driver.jobInsertMany({ jobs: [unknown], now: Date.now() })
     const done = track(runner)
     await runner.start()

@@ -132,13 +132,13 @@ describeEachBackend('database faults', (backend) => {
   it('fences every write on the claim: a finished job is never finished again nor revived', async () => {
     const driver = h.store.driver()
     const id = crypto.randomUUID()
-    await driver.jobInsertMany({ jobs: [{ id, kind: 'echo', payload: '{"n":1}', scope: null, priority: 0, runAt: null }], now: 1 })
+    await driver.jobInsertMany({ jobs: [{ id, kind: 'echo', payload: '{"n":1}', scope: null, priority: 0, runAt: null, maxAttempts: 1, timeoutMs: null, requeueInterrupted: false }], now: 1 })
     const [claimed] = await driver.jobClaim({ limit: 10, runnerId: crypto.randomUUID(), kinds: ['echo'], now: 2 })
     expect(claimed).toMatchObject({ id, kind: 'echo' })
     const { attempt } = claimed!
     expect(await driver.jobPublish({ id, attempt: attempt + 1, result: '"stale claim"', now: 3 })).toBe(false)
     expect(await driver.jobPublish({ id, attempt, result: '"partial"', now: 3 })).toBe(true)
-    const finish = { id, attempt, status: 'succeeded' as const, result: '"final"', error: null }
+    const finish = { id, attempt, status: 'succeeded' as const, result: '"final"', error: null, runAt: null, grant: 0 as const }
     expect(await driver.jobFinishMany({ finishes: [{ ...finish, attempt: attempt - 1 }], now: 4 })).toEqual([false])
     expect(await driver.jobFinishMany({ finishes: [finish], now: 4 })).toEqual([true])
     expect(await driver.jobFinishMany({ finishes: [{ ...finish, status: 'failed', result: null, error: 'late' }], now: 5 })).toEqual([false])

@@ -91,9 +91,9 @@ describeEachBackend('payloads', (backend) => {
     })
     // Rows as older code might have written them, straight through the driver.
     const rows = [
-      { id: crypto.randomUUID(), kind: 'import_recipe', payload: '{"href":"https://a.example"}', scope: null, priority: 0, runAt: null },
-      { id: crypto.randomUUID(), kind: 'import_recipe', payload: '{"url":"https://a.example","old":true}', scope: null, priority: 0, runAt: null },
-      { id: crypto.randomUUID(), kind: 'import_recipe', payload: '{"url":"https://a.example"}', scope: null, priority: 0, runAt: null },
+      { id: crypto.randomUUID(), kind: 'import_recipe', payload: '{"href":"https://a.example"}', scope: null, priority: 0, runAt: null, maxAttempts: 1, timeoutMs: null, requeueInterrupted: false },
+      { id: crypto.randomUUID(), kind: 'import_recipe', payload: '{"url":"https://a.example","old":true}', scope: null, priority: 0, runAt: null, maxAttempts: 1, timeoutMs: null, requeueInterrupted: false },
+      { id: crypto.randomUUID(), kind: 'import_recipe', payload: '{"url":"https://a.example"}', scope: null, priority: 0, runAt: null, maxAttempts: 1, timeoutMs: null, requeueInterrupted: false },
     ]
     await runner.driver.jobInsertMany({ jobs: rows, now: Date.now() })
     const done = track(runner)
@@ -136,7 +136,7 @@ describeEachBackend('payloads', (backend) => {
       ids.push(await kind.enqueue({ n: 1 }), ...(await kind.enqueueMany([{ n: 2 }, { n: 3 }])))
     }
     // A row that no longer fits, stored as older code might have: refused again when it runs, in either realm.
-    const stale = kinds.map((k) => ({ id: crypto.randomUUID(), kind: k.name, payload: '{"n":"old"}', scope: null, priority: 0, runAt: null }))
+    const stale = kinds.map((k) => ({ id: crypto.randomUUID(), kind: k.name, payload: '{"n":"old"}', scope: null, priority: 0, runAt: null, maxAttempts: 1, timeoutMs: null, requeueInterrupted: false }))
     await runner.driver.jobInsertMany({ jobs: stale, now: Date.now() })
     expect((await runner.list()).jobs).toHaveLength(ids.length + stale.length)
     const done = track(runner)
@@ -170,7 +170,7 @@ describeEachBackend('payloads', (backend) => {
     const logs = captureLogs()
     const runner = h.runner({ logger: logs })
     const kinds = (['throw', 'reject'] as const).map((fail) => runner.register(`schema_${fail}`, { payload: nSchema((r) => r, fail), handler: () => undefined }))
-    const rows = kinds.map((k) => ({ id: crypto.randomUUID(), kind: k.name, payload: '{"n":1}', scope: null, priority: 0, runAt: null }))
+    const rows = kinds.map((k) => ({ id: crypto.randomUUID(), kind: k.name, payload: '{"n":1}', scope: null, priority: 0, runAt: null, maxAttempts: 1, timeoutMs: null, requeueInterrupted: false }))
     await runner.driver.jobInsertMany({ jobs: rows, now: Date.now() })
     const broken = runner.register('broken', { payload: nSchema(() => ({})), handler: () => undefined })
     await expect(broken.enqueue({ n: 1 })).rejects.toBeInstanceOf(InvalidPayloadError)

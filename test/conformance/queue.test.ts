@@ -133,13 +133,13 @@ describeEachBackend('the table is the queue', (backend) => {
     }
   })
 
-  it('get returns exactly {id, kind, status, result, error, attempt, priority, runAt}, and not_found for an unknown id', async () => {
+  it('get returns exactly {id, kind, status, result, error, attempt, maxAttempts, priority, runAt}, and not_found for an unknown id', async () => {
     const runner = h.runner()
     const kind = runner.register('echo', { payload: echoPayload, handler: () => undefined })
     const id = await kind.enqueue({ n: 1 })
     const job = await runner.get(id)
-    expect(Object.keys(job).sort()).toEqual(['attempt', 'error', 'id', 'kind', 'priority', 'result', 'runAt', 'status'])
-    expect(job).toEqual({ id, kind: 'echo', status: 'queued', result: null, error: null, attempt: 0, priority: 0, runAt: null })
+    expect(Object.keys(job).sort()).toEqual(['attempt', 'error', 'id', 'kind', 'maxAttempts', 'priority', 'result', 'runAt', 'status'])
+    expect(job).toEqual({ id, kind: 'echo', status: 'queued', result: null, error: null, attempt: 0, priority: 0, runAt: null, maxAttempts: 1 })
     await expect(runner.get('00000000-0000-4000-8000-000000000000')).rejects.toBeInstanceOf(JobNotFoundError)
     await expect(runner.get("' OR 1=1 --")).rejects.toMatchObject({ code: 'not_found' })
   })

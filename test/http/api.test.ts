@@ -27,19 +27,19 @@ describeEachBackend('HTTP API', (backend) => {
     return { runner, api, hidden, done }
   }
 
-  it('enqueues over HTTP (201, Location) and reads the job back with exactly {id, kind, status, result, error, attempt, priority, runAt}', async () => {
+  it('enqueues over HTTP (201, Location) and reads the job back with exactly {id, kind, status, result, error, attempt, maxAttempts, priority, runAt}', async () => {
     const { api, done } = await setup()
     const created = await api.post({ kind: 'echo', payload: { n: 7 } })
     expect(created.status).toBe(201)
-    expect(Object.keys(created.json)).toEqual(['id', 'kind', 'status', 'result', 'error', 'attempt', 'priority', 'runAt'])
+    expect(Object.keys(created.json)).toEqual(['id', 'kind', 'status', 'result', 'error', 'attempt', 'maxAttempts', 'priority', 'runAt'])
     expect(created.json.kind).toBe('echo')
     expect(created.headers.get('location')).toBe(`/api/v1/jobs/${created.json.id}`)
     await done.ends([created.json.id])
     const read = await api.get(`/api/v1/jobs/${created.json.id}`)
     expect(read.status).toBe(200)
     expect(read.headers.get('content-type')).toBe('application/json')
-    expect(read.json).toEqual({ id: created.json.id, kind: 'echo', status: 'succeeded', result: { n: 7 }, error: null, attempt: 1, priority: 0, runAt: null })
-    expect(Object.keys(read.json)).toEqual(['id', 'kind', 'status', 'result', 'error', 'attempt', 'priority', 'runAt'])
+    expect(read.json).toEqual({ id: created.json.id, kind: 'echo', status: 'succeeded', result: { n: 7 }, error: null, attempt: 1, priority: 0, runAt: null, maxAttempts: 1 })
+    expect(Object.keys(read.json)).toEqual(['id', 'kind', 'status', 'result', 'error', 'attempt', 'maxAttempts', 'priority', 'runAt'])
     // An upper-case id is the same id.
     expect((await api.get(`/api/v1/jobs/${created.json.id.toUpperCase()}`)).text).toBe(read.text)
     // HEAD answers as GET, without a body.
@@ -299,7 +299,7 @@ describeEachBackend('HTTP API', (backend) => {
       if (!e) break
       expect(e.event).toBe('job')
       const job = JSON.parse(e.data)
-      expect(Object.keys(job)).toEqual(['id', 'kind', 'status', 'result', 'error', 'attempt', 'priority', 'runAt'])
+      expect(Object.keys(job)).toEqual(['id', 'kind', 'status', 'result', 'error', 'attempt', 'maxAttempts', 'priority', 'runAt'])
       seen.push({ status: job.status, result: job.result })
       if (job.status === 'running') {
         const next = job.result === null ? 0 : job.result.step + 1

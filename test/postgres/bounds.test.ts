@@ -69,7 +69,7 @@ describe.skipIf(skip !== undefined)('postgres: every statement has a client-side
     const { driver, app } = boundedDriver()
     await driver.migrate()
     await driver.runnerRegister({ runnerId: 'r', kinds: ['echo'], now: 1 })
-    await driver.jobInsertMany({ jobs: [{ id: 'j1', kind: 'echo', payload: '{"n":1}', scope: null, priority: 0, runAt: null }], now: 1 })
+    await driver.jobInsertMany({ jobs: [{ id: 'j1', kind: 'echo', payload: '{"n":1}', scope: null, priority: 0, runAt: null, maxAttempts: 1, timeoutMs: null, requeueInterrupted: false }], now: 1 })
 
     // The heartbeat writes the runners table, the read and the claim the jobs table.
     const lock = await lockTables(['jobs', 'runners'])
@@ -96,7 +96,7 @@ describe.skipIf(skip !== undefined)('postgres: every statement has a client-side
     expect(await driver.jobGet({ id: 'j1' })).toMatchObject({ id: 'j1', status: 'queued' })
     expect(await driver.runnerHeartbeat({ runnerId: 'r', now: 2 })).toBe(true)
     expect(await driver.jobClaim({ limit: 1, runnerId: 'r', kinds: ['echo'], now: 2 })).toEqual([
-      { id: 'j1', kind: 'echo', payload: '{"n":1}', attempt: 1 },
+      { id: 'j1', kind: 'echo', payload: '{"n":1}', attempt: 1, maxAttempts: 1, timeoutMs: null },
     ])
   })
 

@@ -83,7 +83,7 @@ describe.skipIf(skip !== undefined)('postgres: errors against the real server', 
   it('an aborted final write is cancelled on the server: it never lands after the caller was told it failed', async () => {
     const d = driver()
     await d.runnerRegister({ runnerId: 'r1', kinds: ['echo'], now: 1 })
-    await d.jobInsertMany({ jobs: [{ id: 'j1', kind: 'echo', payload: '{}', scope: null, priority: 0, runAt: null }], now: 1 })
+    await d.jobInsertMany({ jobs: [{ id: 'j1', kind: 'echo', payload: '{}', scope: null, priority: 0, runAt: null, maxAttempts: 1, timeoutMs: null, requeueInterrupted: false }], now: 1 })
     const [claimed] = await d.jobClaim({ limit: 1, runnerId: 'r1', kinds: ['echo'], now: 2 })
     const locker = await t.admin.connect()
     try {
@@ -91,7 +91,7 @@ describe.skipIf(skip !== undefined)('postgres: errors against the real server', 
       await locker.query(`SELECT 1 FROM "${t.schema}".jobs WHERE id = 'j1' FOR UPDATE`)
       const abort = new AbortController()
       const write = d.jobFinishMany({
-        finishes: [{ id: 'j1', attempt: claimed!.attempt, status: 'succeeded', result: '1', error: null }],
+        finishes: [{ id: 'j1', attempt: claimed!.attempt, status: 'succeeded', result: '1', error: null, runAt: null, grant: 0 }],
         now: 3,
         signal: abort.signal,
       })

@@ -50,7 +50,7 @@ describe.skipIf(skip !== undefined)('postgres: runner liveness and crash recover
 
   it('start fails the running jobs of a runner whose lease lapsed and of an unregistered one, never those of a live lease', async () => {
     const d = driver()
-    const jobs = ['of-dead', 'of-live', 'of-ghost'].map((id) => ({ id, kind: 'echo', payload: '{"n":1}', scope: null, priority: 0, runAt: null }))
+    const jobs = ['of-dead', 'of-live', 'of-ghost'].map((id) => ({ id, kind: 'echo', payload: '{"n":1}', scope: null, priority: 0, runAt: null, maxAttempts: 1, timeoutMs: null, requeueInterrupted: false }))
     await d.jobInsertMany({ jobs, now: 1 })
     await d.runnerRegister({ runnerId: 'dead', kinds: ['echo'], now: 1 })
     await d.runnerRegister({ runnerId: 'live', kinds: ['echo'], now: 1 })

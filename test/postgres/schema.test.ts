@@ -79,7 +79,7 @@ describe.skipIf(skip !== undefined)('postgres: schema and migrations', () => {
   it("works on the application's own pool and leaves it open on close", async () => {
     const pool = new pg.Pool({ connectionString: PG_URL, max: 3 })
     const d = postgres({ pool, schema })
-    await d.jobInsertMany({ jobs: [{ id: 'j', kind: 'echo', payload: '{}', scope: null, priority: 0, runAt: null }], now: 1 })
+    await d.jobInsertMany({ jobs: [{ id: 'j', kind: 'echo', payload: '{}', scope: null, priority: 0, runAt: null, maxAttempts: 1, timeoutMs: null, requeueInterrupted: false }], now: 1 })
     await d.close()
     expect(pool.ending).toBe(false)
     expect((await pool.query(`SELECT status FROM "${schema}".jobs WHERE id = 'j'`)).rows).toEqual([{ status: 'queued' }])

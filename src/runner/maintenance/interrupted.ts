@@ -6,7 +6,8 @@ import { Periodic } from './periodic.js'
 /**
  * Fails as `interrupted by restart` the running jobs of runners the driver
  * proves gone (a lock released by a dead process, a lapsed lease), once at
- * start and then every sweep interval. Jobs of live runners, this one
+ * start and then every sweep interval; a job of an idempotent kind with an
+ * attempt left is queued again instead. Jobs of live runners, this one
  * included, are never touched.
  */
 export class InterruptedSweep extends Periodic {
@@ -24,7 +25,8 @@ export class InterruptedSweep extends Periodic {
 
   /** One sweep, throwing the database's error: start() fails with it. */
   async pass(): Promise<void> {
-    const failed = await this.#driver.jobFailInterrupted({ runnerId: this.#runnerId, error: CODE_INTERRUPTED, now: this.#clock() })
+    const { failed, requeued } = await this.#driver.jobFailInterrupted({ runnerId: this.#runnerId, error: CODE_INTERRUPTED, now: this.#clock() })
     if (failed > 0) this.logger.warn({ count: failed }, 'failed jobs interrupted by restart')
+    if (requeued > 0) this.logger.warn({ count: requeued }, 'queued again jobs of idempotent kinds interrupted by restart')
   }
 }

@@ -26,6 +26,8 @@ export class Scheduler {
   readonly #onPromoted: () => void
   readonly #pollMs: number
   #next: number | null = null
+  /** The earliest due time noted during a pass: the pass's read of the database may predate that job's insert. */
+  #notedDuringPass: number | null = null
   #timer: NodeJS.Timeout | undefined
   #pass: Promise<void> | undefined
   #again = false
@@ -50,12 +52,17 @@ export class Scheduler {
       void this.tick()
       return
     }
+    if (this.#pass !== undefined) this.#notedDuringPass = earlier(this.#notedDuringPass, due)
     if (this.#next !== null && this.#next <= due) return
     this.#next = due
     this.#arm()
   }
 
-  /** The runner was woken: promote now if the nearest known due time has come (a clock moved by a test, a timer late). */
+  /**
+   * Another process may have written: promote now if the nearest known
+   * due time has come (a timer late). Jobs it scheduled are found by the
+   * next read, within `pollMs`.
+   */
   wake(): void {
     if (this.#next !== null && this.#next <= this.#clock()) void this.tick()
   }
@@ -78,6 +85,7 @@ export class Scheduler {
   }
 
   async #run(): Promise<void> {
+    this.#notedDuringPass = null
     try {
       let promoted = 0
       for (;;) {
@@ -87,7 +95,7 @@ export class Scheduler {
         if (n > 0) this.#onPromoted()
       }
       if (promoted > 0) this.#onPromoted()
-      this.#next = await this.#driver.queueNextDue({ now: this.#clock() })
+      this.#next = earlier(await this.#driver.queueNextDue({ now: this.#clock() }), this.#notedDuringPass)
     } catch (err) {
       this.#logger.error({ error: errorCode(err) }, 'promote scheduled jobs failed; retrying at the next pass')
     }
@@ -108,4 +116,9 @@ export class Scheduler {
     clearTimeout(this.#timer)
     await this.#pass
   }
+}
+
+function earlier(a: number | null, b: number | null): number | null {
+  if (a === null) return b
+  return b === null ? a : Math.min(a, b)
 }
