@@ -105,7 +105,17 @@ export interface Driver<Tx = unknown, TxSync extends boolean = boolean> {
    * Returns the function that stops the calls. A driver whose database
    * cannot tell other processes of an insert omits it.
    */
-  onWake?(callback: () => void): () => void
+  onWake?(callback: (what: WakeReason) => void): () => void
+  /**
+   * Cancels the job `id` (within `scope` as in jobGet): a queued or
+   * scheduled one becomes `cancelled` at once ('cancelled'); a running one
+   * is marked for its runner to abort ('requested'), which a driver that
+   * can notifies at once (onWake 'cancel'); a finished one is left as it
+   * is ('terminal'); one not found (or of another scope) is 'missing'.
+   */
+  jobCancel(params: { id: string; scope?: string | null; now: number }): Promise<CancelResult>
+  /** The running jobs of `runnerId` whose cancellation was requested. */
+  jobCancelRequested(params: { runnerId: string }): Promise<string[]>
   /**
    * Reads one job through the reading connection. With `scope` set (a
    * string, or null for unscoped jobs), a job of another scope reads as
@@ -128,6 +138,12 @@ export interface Driver<Tx = unknown, TxSync extends boolean = boolean> {
   /** Closes the connections the driver opened itself; a database handed in by the user stays open. */
   close(): Promise<void>
 }
+
+/** What an onWake call is about: jobs may have been queued, or a cancellation requested. */
+export type WakeReason = 'jobs' | 'cancel'
+
+/** What jobCancel did. */
+export type CancelResult = 'cancelled' | 'requested' | 'terminal' | 'missing'
 
 /** What a driver can do; the runner adapts to these, never to the driver's name. */
 export interface DriverCapabilities<TxSync extends boolean = boolean> {

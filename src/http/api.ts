@@ -62,6 +62,7 @@ const ALLOW = {
   jobs: 'GET, HEAD, POST',
   job: 'GET, HEAD',
   events: 'GET, HEAD',
+  cancel: 'POST',
   openapi: 'GET, HEAD',
 } as const
 
@@ -179,6 +180,20 @@ export function createApi(options: ApiOptions): Api {
     return eventStream({ runner, id: job.id, scope, first: job, pollMs: eventsPollMs, heartbeatMs: eventsHeartbeatMs, signal: c.req.raw.signal, track })
   })
   app.all('/api/v1/jobs/:id/events', () => notAllowed(ALLOW.events))
+
+  app.post('/api/v1/jobs/:id/cancel', async (c) => {
+    const scope = await scopeOf(c.req.raw)
+    if (scope instanceof Response) return scope
+    const id = parseJobId(c.req.param('id') ?? '')
+    if (id === undefined) return problem('invalid_id')
+    // Another scope's job answers as missing (runner.cancel rejects with JobNotFoundError, mapped to 404).
+    const result = await runner.cancel(id, { scope })
+    if (result === 'terminal') return problem('job_finished')
+    const job = await runner.get(id, { scope })
+    // 200: cancelled now; 202: running, its runner aborts it and it ends cancelled.
+    return json(result === 'cancelled' ? 200 : 202, jobBody(job))
+  })
+  app.all('/api/v1/jobs/:id/cancel', () => notAllowed(ALLOW.cancel))
 
   app.notFound(() => problem('route_not_found'))
   app.onError((err) => {

@@ -167,6 +167,22 @@ export const openApiDocument = {
         },
       },
     },
+    '/api/v1/jobs/{id}/cancel': {
+      post: {
+        operationId: 'cancelJob',
+        summary: 'Cancels one job of the caller: a queued or scheduled job is cancelled at once; a running one has its signal aborted wherever it runs and ends cancelled when its handler returns.',
+        parameters: [jobId],
+        responses: {
+          '200': { description: 'The job, cancelled.', content: { 'application/json': { schema: ref('Job') } } },
+          '202': { description: 'The job, still running: its cancellation is requested.', content: { 'application/json': { schema: ref('Job') } } },
+          '400': problemResponse('The id is not a UUID (`invalid_id`).'),
+          ...authErrors,
+          '404': problemResponse('No job of the caller has this id (`not_found`), including a job of another scope.'),
+          '409': problemResponse('The job has already finished (`job_finished`); nothing was changed.'),
+          ...serverErrors,
+        },
+      },
+    },
     '/api/v1/openapi.json': {
       get: {
         operationId: 'openApi',

@@ -17,6 +17,7 @@ export const PROBLEMS = {
   not_found: { status: 404, title: 'Job not found' },
   route_not_found: { status: 404, title: 'No such route' },
   method_not_allowed: { status: 405, title: 'Method not allowed on this route' },
+  job_finished: { status: 409, title: 'The job has already finished; nothing was changed' },
   payload_too_large: { status: 413, title: 'The request body is over the size limit' },
   unsupported_media_type: { status: 415, title: 'The request body must be application/json' },
   unknown_kind: { status: 422, title: 'No kind of that name can be enqueued over HTTP' },

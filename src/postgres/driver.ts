@@ -2,10 +2,12 @@ import { createHash } from 'node:crypto'
 import pg from 'pg'
 import type {
   ClaimedJob,
+  CancelResult,
   ClaimParams,
   Driver,
   DriverCapabilities,
   FinishAndClaimParams,
+  WakeReason,
   FinishAndClaimResult,
   JobFinish,
   JobListParams,
@@ -128,7 +130,7 @@ export class PostgresDriver implements Driver<PgQueryable, false> {
   readonly #prepared: boolean
   readonly #deadlines: Deadlines
   #migrated: Promise<void> | undefined
-  readonly #wakers = new Set<() => void>()
+  readonly #wakers = new Set<(what: WakeReason) => void>()
   #poll: NodeJS.Timeout | undefined
   #listener: NotificationListener | undefined
   #closed = false
@@ -247,6 +249,17 @@ export class PostgresDriver implements Driver<PgQueryable, false> {
     return (await this.#query('requeue lost claims', this.#q.requeueLostClaims, [runnerId, keep, now])).rowCount ?? 0
   }
 
+  async jobCancel({ id, scope, now }: { id: string; scope?: string | null; now: number }): Promise<CancelResult> {
+    const scoped = [scope === undefined, scope ?? null]
+    if (((await this.#query('cancel job', this.#q.cancelWaiting, [id, now, ...scoped])).rowCount ?? 0) > 0) return 'cancelled'
+    if ((await this.#query('cancel job', this.#q.requestCancel, [id, now, ...scoped, `${this.schema}:cancel`])).rows.length > 0) return 'requested'
+    return (await this.jobGet({ id, scope })) === undefined ? 'missing' : 'terminal'
+  }
+
+  async jobCancelRequested({ runnerId }: { runnerId: string }): Promise<string[]> {
+    return (await this.#query<{ id: string }>('read cancel requests', this.#q.cancelRequested, [runnerId])).rows.map((r) => r.id)
+  }
+
   async jobPromoteDue({ now, limit }: { now: number; limit: number }): Promise<number> {
     return (await this.#query('promote due jobs', this.#q.promoteDue, [now, limit])).rowCount ?? 0
   }
@@ -327,7 +340,7 @@ export class PostgresDriver implements Driver<PgQueryable, false> {
    * `pollIntervalMs` besides. The listening connection is opened with the
    * first callback and closed with the last.
    */
-  onWake(callback: () => void): () => void {
+  onWake(callback: (what: WakeReason) => void): () => void {
     this.#wakers.add(callback)
     if (this.#wakers.size === 1 && !this.#closed) this.#startWaking()
     return () => {
@@ -337,10 +350,14 @@ export class PostgresDriver implements Driver<PgQueryable, false> {
   }
 
   #startWaking(): void {
-    const wake = () => {
-      for (const w of this.#wakers) w()
+    const wake = (what: WakeReason) => {
+      for (const w of this.#wakers) w(what)
     }
-    this.#poll = setInterval(wake, this.#pollIntervalMs)
+    // The fallback poll looks for both: jobs queued, and cancellations requested, unheard.
+    this.#poll = setInterval(() => {
+      wake('jobs')
+      wake('cancel')
+    }, this.#pollIntervalMs)
     this.#poll.unref()
     if (this.#listen) {
       // Bounded like the pool's own connections, so a listener reconnecting into a silent network cannot hold close() open.

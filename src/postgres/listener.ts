@@ -1,9 +1,10 @@
 import pg from 'pg'
+import type { WakeReason } from '../driver.js'
 import { Backoff, sleep } from '../runner/backoff.js'
 
 /**
  * A dedicated connection that LISTENs for the notifications of inserted
- * jobs and calls `onNotify` for those of one schema. When the connection
+ * jobs (and of cancellations: payload `<schema>:cancel`) and calls `onNotify` for those of one schema. When the connection
  * drops (a restart, pg_terminate_backend, a network fault) it reconnects
  * with backoff from 50 ms doubling to 5 s, and calls `onNotify` once
  * listening again, since inserts made meanwhile sent notifications no one
@@ -14,11 +15,11 @@ export class NotificationListener {
   readonly #config: pg.ClientConfig
   readonly #channel: string
   readonly #schema: string
-  readonly #onNotify: () => void
+  readonly #onNotify: (what: WakeReason) => void
   readonly #stopping = new AbortController()
   #loop: Promise<void> | undefined
 
-  constructor(config: pg.ClientConfig, channel: string, schema: string, onNotify: () => void) {
+  constructor(config: pg.ClientConfig, channel: string, schema: string, onNotify: (what: WakeReason) => void) {
     this.#config = config
     this.#channel = channel
     this.#schema = schema
@@ -54,13 +55,16 @@ export class NotificationListener {
         stopping.addEventListener('abort', onStop, { once: true })
       })
       client.on('notification', (msg) => {
-        if (msg.channel === this.#channel && msg.payload === this.#schema) this.#onNotify()
+        if (msg.channel !== this.#channel) return
+        if (msg.payload === this.#schema) this.#onNotify('jobs')
+        else if (msg.payload === `${this.#schema}:cancel`) this.#onNotify('cancel')
       })
       try {
         await client.connect()
         await client.query(`LISTEN ${this.#channel}`)
         backoff.reset()
-        this.#onNotify()
+        this.#onNotify('jobs')
+        this.#onNotify('cancel')
         await lost
       } catch {
         // Refused or dropped: try again after the backoff.

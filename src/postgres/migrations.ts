@@ -116,6 +116,13 @@ export const MIGRATIONS: readonly Migration[] = [
       ALTER TABLE ${s}.jobs ADD COLUMN requeue_interrupted boolean NOT NULL DEFAULT false;
     `,
   },
+  {
+    version: 7,
+    sql: (s) => `
+      -- Cancellation of a running job (see the SQLite migration of the same number).
+      ALTER TABLE ${s}.jobs ADD COLUMN cancel_requested boolean NOT NULL DEFAULT false;
+    `,
+  },
 ]
 
 /** The schema version this jobtable writes. */

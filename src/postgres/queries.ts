@@ -95,14 +95,18 @@ export function queries(s: string) {
     /**
      * Fenced like finishJobs: sends jobs back for another attempt, each due
      * at its run_at (scheduled until then); a snooze (grant 1) gives back
-     * the attempt it used. Returns the ids it changed.
+     * the attempt it used. Returns the ids it changed. The alias is
+     * `granted`, not `grant`: GRANT is a reserved word, a syntax error
+     * (42601) as a column alias, which left every retry and snooze running.
      */
     retryJobs: `
       UPDATE ${s}.jobs AS j
-         SET status = CASE WHEN f.run_at > $6 THEN 'scheduled' ELSE 'queued' END, run_at = f.run_at,
+         SET status = CASE WHEN j.cancel_requested THEN 'cancelled' WHEN f.run_at > $6 THEN 'scheduled' ELSE 'queued' END,
+             run_at = CASE WHEN j.cancel_requested THEN j.run_at ELSE f.run_at END,
+             finished_at = CASE WHEN j.cancel_requested THEN $6::bigint END,
              result = coalesce(f.result::jsonb, j.result), runner_id = NULL, started_at = NULL,
-             max_attempts = j.max_attempts + f.grant, updated_at = $6
-        FROM unnest($1::text[], $2::int[], $3::bigint[], $4::text[], $5::int[]) AS f(id, attempt, run_at, result, grant)
+             max_attempts = j.max_attempts + f.granted, updated_at = $6
+        FROM unnest($1::text[], $2::int[], $3::bigint[], $4::text[], $5::int[]) AS f(id, attempt, run_at, result, granted)
        WHERE j.id = f.id AND j.status = 'running' AND j.attempt = f.attempt
       RETURNING j.id`,
 
@@ -114,7 +118,8 @@ export function queries(s: string) {
        WHERE j.id = r.id AND j.status = 'running' AND j.attempt = r.attempt`,
     finishJobs: `
       UPDATE ${s}.jobs AS j
-         SET status = f.status, result = coalesce(f.result::jsonb, j.result), error = f.error,
+         SET status = CASE WHEN j.cancel_requested THEN 'cancelled' ELSE f.status END,
+             result = coalesce(f.result::jsonb, j.result), error = CASE WHEN j.cancel_requested THEN NULL ELSE f.error END,
              finished_at = $6, updated_at = $6
         FROM unnest($1::text[], $2::int[], $3::text[], $4::text[], $5::text[]) AS f(id, attempt, status, result, error)
        WHERE j.id = f.id AND j.status = 'running' AND j.attempt = f.attempt
@@ -130,7 +135,8 @@ export function queries(s: string) {
     finishAndClaimJobs: `
       WITH finished AS (
         UPDATE ${s}.jobs AS j
-           SET status = f.status, result = coalesce(f.result::jsonb, j.result), error = f.error,
+           SET status = CASE WHEN j.cancel_requested THEN 'cancelled' ELSE f.status END,
+               result = coalesce(f.result::jsonb, j.result), error = CASE WHEN j.cancel_requested THEN NULL ELSE f.error END,
                finished_at = $6, updated_at = $6
           FROM unnest($1::text[], $2::int[], $3::text[], $4::text[], $5::text[]) AS f(id, attempt, status, result, error)
          WHERE j.id = f.id AND j.status = 'running' AND j.attempt = f.attempt
@@ -160,15 +166,16 @@ export function queries(s: string) {
       WITH gone AS (
         DELETE FROM ${s}.runners WHERE id <> $1 AND expires_at < ${dbNowMs} RETURNING id
       ), orphans AS (
-        SELECT j.seq, (j.requeue_interrupted AND j.attempt < j.max_attempts) AS requeue FROM ${s}.jobs j
+        SELECT j.seq, (j.requeue_interrupted AND j.attempt < j.max_attempts AND NOT j.cancel_requested) AS requeue,
+               j.cancel_requested AS cancelled FROM ${s}.jobs j
          WHERE j.status = 'running' AND j.runner_id IS DISTINCT FROM $1
            AND (j.runner_id IS NULL
                 OR j.runner_id IN (SELECT id FROM gone)
                 OR NOT EXISTS (SELECT 1 FROM ${s}.runners r WHERE r.id = j.runner_id))
       )
       UPDATE ${s}.jobs AS j
-         SET status = CASE WHEN o.requeue THEN 'queued' ELSE 'failed' END,
-             error = CASE WHEN o.requeue THEN NULL ELSE $2::text END,
+         SET status = CASE WHEN o.requeue THEN 'queued' WHEN o.cancelled THEN 'cancelled' ELSE 'failed' END,
+             error = CASE WHEN o.requeue OR o.cancelled THEN NULL ELSE $2::text END,
              finished_at = CASE WHEN o.requeue THEN NULL ELSE $3::bigint END,
              runner_id = CASE WHEN o.requeue THEN NULL ELSE j.runner_id END,
              started_at = CASE WHEN o.requeue THEN NULL ELSE j.started_at END,
@@ -211,6 +218,23 @@ export function queries(s: string) {
         SELECT seq FROM ${s}.jobs WHERE status = 'scheduled' AND run_at <= $1 ORDER BY run_at LIMIT $2 FOR UPDATE SKIP LOCKED
       )
       UPDATE ${s}.jobs AS j SET status = 'queued', updated_at = $1 FROM due WHERE j.seq = due.seq`,
+
+    /** Cancels a job not yet started (queued or scheduled), within scope $4 unless $3. */
+    cancelWaiting: `
+      UPDATE ${s}.jobs SET status = 'cancelled', finished_at = $2, updated_at = $2
+       WHERE id = $1 AND ($3::boolean OR scope IS NOT DISTINCT FROM $4::text) AND status IN ('queued', 'scheduled')`,
+
+    /** Asks the runner of a running job to abort it, and tells listening runners at once. */
+    requestCancel: `
+      WITH r AS (
+        UPDATE ${s}.jobs SET cancel_requested = true, updated_at = $2
+         WHERE id = $1 AND ($3::boolean OR scope IS NOT DISTINCT FROM $4::text) AND status = 'running'
+        RETURNING id
+      )
+      SELECT id, pg_notify('${NOTIFY_CHANNEL}', $5::text) FROM r`,
+
+    /** The running jobs of $1 whose cancellation was requested. */
+    cancelRequested: `SELECT id FROM ${s}.jobs WHERE status = 'running' AND runner_id = $1 AND cancel_requested`,
 
     /** The earliest due time of a scheduled job (from the index jobs_scheduled). */
     nextDue: `SELECT min(run_at) AS due FROM ${s}.jobs WHERE status = 'scheduled'`,

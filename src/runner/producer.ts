@@ -29,6 +29,8 @@ interface Execution {
   abandoned: boolean
   /** A handler recorded as timed out that has not returned yet: its slot is freed when this settles. */
   lingering: Promise<void> | undefined
+  /** Set when its cancellation was requested: its signal is aborted, and its final write records it cancelled. */
+  cancelled: boolean
   done: Promise<void>
 }
 
@@ -108,6 +110,22 @@ export class Producer implements Piggyback {
   /** How many handlers are running now. */
   get running(): number {
     return this.#executions.size
+  }
+
+  /**
+   * Aborts the signals of the jobs among `ids` running here, whose
+   * cancellation the database holds: each ends `cancelled` when its
+   * handler returns (the final write reads the request).
+   */
+  cancel(ids: readonly string[]): void {
+    for (const id of ids) {
+      const execution = this.#executions.get(id)
+      if (execution === undefined || execution.cancelled) continue
+      execution.cancelled = true
+      execution.controller ??= new AbortController()
+      execution.controller.abort()
+      this.#logger.info({ job_id: id, kind: execution.job.kind }, 'job cancellation requested: its signal is aborted')
+    }
   }
 
   /**
@@ -261,7 +279,7 @@ export class Producer implements Piggyback {
   /** Starts a claimed job on an idle worker; when it ends, the worker looks for work again. */
   #start(job: ClaimedJob): void {
     this.#idle--
-    const execution: Execution = { job, controller: undefined, returned: false, abandoned: false, lingering: undefined, done: Promise.resolve() }
+    const execution: Execution = { job, controller: undefined, returned: false, abandoned: false, lingering: undefined, cancelled: false, done: Promise.resolve() }
     execution.done = this.#run(execution)
       .catch(() => {
         // #run handles every outcome itself; reaching here is a jobtable bug, and its text may quote job data.
@@ -329,6 +347,12 @@ export class Producer implements Piggyback {
     if (execution.abandoned) {
       this.#logger.warn(fields, 'job ended after stop stopped waiting for it; not recorded, it fails as interrupted')
       return
+    }
+    if (execution.cancelled) {
+      // Whatever the handler did, the final write records the job cancelled (keeping a result it returned).
+      this.#logger.info(fields, 'job cancelled')
+      const result = 'result' in outcome ? outcome.result : null
+      return this.#finish(execution, { status: 'failed', result, error: null, runAt: null, grant: 0 })
     }
     if ('result' in outcome) {
       this.#logger.debug(fields, 'job succeeded')

@@ -250,6 +250,8 @@ export class Runner<D extends Driver = Driver> {
       logger: this.#logger,
       clock: this.#clock,
       wake: () => this.#producer?.wake(),
+      running: () => this.#producer?.running ?? 0,
+      cancel: (ids) => this.#producer?.cancel(ids),
     })
     try {
       await liveness.start()
@@ -284,7 +286,11 @@ export class Runner<D extends Driver = Driver> {
       timeoutGraceMs: this.#timeoutGraceMs,
     })
     maintenance.start()
-    this.#unwake = this.#driver.onWake?.(() => {
+    this.#unwake = this.#driver.onWake?.((what) => {
+      if (what === 'cancel') {
+        void this.#maintenance?.cancels.tick()
+        return
+      }
       this.#producer?.wake()
       this.#maintenance?.scheduler.wake()
     })
@@ -358,6 +364,24 @@ export class Runner<D extends Driver = Driver> {
 
   async [Symbol.asyncDispose](): Promise<void> {
     await this.close()
+  }
+
+  /**
+   * Cancels a job: a queued or scheduled one becomes `cancelled` at once
+   * ('cancelled'); a running one has its signal aborted in whichever
+   * process runs it (at once here and, on PostgreSQL, through its
+   * notification channel; within the driver's poll interval otherwise),
+   * and ends `cancelled` when its handler returns, whatever it returns
+   * ('requested'); a finished one is left as it is ('terminal'). With
+   * `scope`, a job of another scope is not found: rejects with
+   * JobNotFoundError, as for a missing one.
+   */
+  async cancel(id: string, options?: { scope?: string | null }): Promise<'cancelled' | 'requested' | 'terminal'> {
+    const { scope } = optionsObject(options, ['scope'], 'cancel', 'argument')
+    const result = typeof id === 'string' ? await this.#driver.jobCancel({ id, scope, now: this.#clock() }) : 'missing'
+    if (result === 'missing') throw new JobNotFoundError()
+    if (result === 'requested') this.#producer?.cancel([id])
+    return result
   }
 
   /**

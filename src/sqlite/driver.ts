@@ -1,10 +1,12 @@
 import Database from 'better-sqlite3'
 import type {
   ClaimedJob,
+  CancelResult,
   ClaimParams,
   Driver,
   DriverCapabilities,
   FinishAndClaimParams,
+  WakeReason,
   FinishAndClaimResult,
   JobFinish,
   JobListParams,
@@ -112,11 +114,13 @@ export class SqliteDriver implements Driver<SqliteDatabase, true> {
   readonly #unservedKinds: Database.Statement
   readonly #failUnserved: Database.Statement
   readonly #promoteDue: Database.Statement
+  readonly #cancel: (id: string, anyScope: number, scope: string | null, now: number) => CancelResult
+  readonly #cancelRequested: Database.Statement
   readonly #nextDue: Database.Statement
   readonly #sweep: (gone: readonly string[], runnerId: string, error: string, now: number) => { failed: number; requeued: number }
   readonly #locks: RunnerLocks
   readonly #pollIntervalMs: number
-  readonly #wakers = new Set<() => void>()
+  readonly #wakers = new Set<(what: WakeReason) => void>()
   #poll: NodeJS.Timeout | undefined
   readonly #get: Database.Statement
   readonly #getScoped: Database.Statement
@@ -185,6 +189,17 @@ export class SqliteDriver implements Driver<SqliteDatabase, true> {
     this.#unservedKinds = this.#reader.prepare(sql.unservedKinds)
     this.#failUnserved = this.#writer.prepare(sql.failUnserved)
     this.#promoteDue = this.#writer.prepare(sql.promoteDue)
+    const cancelWaiting = this.#writer.prepare(sql.cancelWaiting)
+    const requestCancel = this.#writer.prepare(sql.requestCancel)
+    const getScoped = this.#writer.prepare(sql.getScopedJob)
+    const getAny = this.#writer.prepare(sql.getJob)
+    this.#cancel = this.#writer.transaction((id: string, anyScope: number, scope: string | null, now: number): CancelResult => {
+      const params = { id, anyScope, scope, now }
+      if (cancelWaiting.run(params).changes > 0) return 'cancelled'
+      if (requestCancel.run(params).changes > 0) return 'requested'
+      return (anyScope === 1 ? getAny.get({ id }) : getScoped.get({ id, scope })) === undefined ? 'missing' : 'terminal'
+    }).immediate
+    this.#cancelRequested = this.#writer.prepare(sql.cancelRequested)
     this.#nextDue = this.#reader.prepare(sql.nextDue)
     this.#locks = new RunnerLocks(this.#writer.memory ? null : this.#writer.name)
     this.#sweep = this.#writer.transaction((gone: readonly string[], runnerId: string, error: string, now: number) => {
@@ -358,6 +373,14 @@ export class SqliteDriver implements Driver<SqliteDatabase, true> {
     return JSON.stringify([...served])
   }
 
+  async jobCancel({ id, scope, now }: { id: string; scope?: string | null; now: number }): Promise<CancelResult> {
+    return this.#write('cancel job', () => this.#cancel(id, scope === undefined ? 1 : 0, scope ?? null, now))
+  }
+
+  async jobCancelRequested({ runnerId }: { runnerId: string }): Promise<string[]> {
+    return run('read cancel requests', () => (this.#cancelRequested.all({ runnerId }) as { id: string }[]).map((r) => r.id))
+  }
+
   async jobPromoteDue({ now, limit }: { now: number; limit: number }): Promise<number> {
     return this.#write('promote due jobs', () => this.#promoteDue.run({ now, limit }).changes)
   }
@@ -433,7 +456,7 @@ export class SqliteDriver implements Driver<SqliteDatabase, true> {
    * has committed to the file since the last check (every pollIntervalMs),
    * so a job another process enqueued is found without its wake.
    */
-  onWake(callback: () => void): () => void {
+  onWake(callback: (what: WakeReason) => void): () => void {
     this.#wakers.add(callback)
     if (this.#poll === undefined && !this.#closed && !this.#writer.memory) {
       let seen = this.#dataVersion()
@@ -441,7 +464,11 @@ export class SqliteDriver implements Driver<SqliteDatabase, true> {
         const now = this.#dataVersion()
         if (now === seen) return
         seen = now
-        for (const w of this.#wakers) w()
+        // Any commit elsewhere: jobs may have been queued, or a cancellation requested.
+        for (const w of this.#wakers) {
+          w('jobs')
+          w('cancel')
+        }
       }, this.#pollIntervalMs)
       // Like every other liveness timer, it never keeps a process alive alone.
       this.#poll.unref()

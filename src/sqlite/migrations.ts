@@ -137,6 +137,15 @@ export const MIGRATIONS: readonly { version: number; sql: string }[] = [
       ALTER TABLE jobtable_jobs ADD COLUMN requeue_interrupted INTEGER NOT NULL DEFAULT 0;
     `,
   },
+  {
+    version: 7,
+    sql: `
+      -- Cancellation of a running job: set by cancel(), read by the runner
+      -- running it (which aborts its signal), and turned into the status
+      -- 'cancelled' by whichever final write comes next.
+      ALTER TABLE jobtable_jobs ADD COLUMN cancel_requested INTEGER NOT NULL DEFAULT 0;
+    `,
+  },
 ]
 
 /** The schema version this jobtable writes. */

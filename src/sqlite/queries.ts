@@ -94,15 +94,22 @@ export const releaseJob = `
  */
 export const retryJob = `
   UPDATE jobtable_jobs
-     SET status = CASE WHEN @runAt > @now THEN 'scheduled' ELSE 'queued' END, run_at = @runAt,
+     SET status = CASE WHEN cancel_requested = 1 THEN 'cancelled' WHEN @runAt > @now THEN 'scheduled' ELSE 'queued' END,
+         run_at = CASE WHEN cancel_requested = 1 THEN run_at ELSE @runAt END,
+         finished_at = CASE WHEN cancel_requested = 1 THEN @now END,
          result = coalesce(@result, result), runner_id = NULL, started_at = NULL,
          max_attempts = max_attempts + @grant, updated_at = @now
    WHERE id = @id AND status = 'running' AND attempt = @attempt`
 
-/** Fenced like publishResult; a null result keeps the last partial one. */
+/**
+ * Fenced like publishResult; a null result keeps the last partial one. A
+ * job whose cancellation was requested ends 'cancelled', whatever its
+ * handler did (a result it returned is kept).
+ */
 export const finishJob = `
   UPDATE jobtable_jobs
-     SET status = @status, result = coalesce(@result, result), error = @error,
+     SET status = CASE WHEN cancel_requested = 1 THEN 'cancelled' ELSE @status END,
+         result = coalesce(@result, result), error = CASE WHEN cancel_requested = 1 THEN NULL ELSE @error END,
          finished_at = @now, updated_at = @now
    WHERE id = @id AND status = 'running' AND attempt = @attempt`
 
@@ -120,12 +127,14 @@ export const finishJob = `
  */
 export const requeueInterrupted = `
   UPDATE jobtable_jobs SET status = 'queued', runner_id = NULL, started_at = NULL, updated_at = @now
-   WHERE status = 'running' AND requeue_interrupted = 1 AND attempt < max_attempts
+   WHERE status = 'running' AND requeue_interrupted = 1 AND attempt < max_attempts AND cancel_requested = 0
      AND runner_id IS NOT @runnerId
      AND (runner_id IS NULL OR runner_id NOT IN (SELECT id FROM jobtable_runners))`
 
 export const failInterrupted = `
-  UPDATE jobtable_jobs SET status = 'failed', error = @error, finished_at = @now, updated_at = @now
+  UPDATE jobtable_jobs
+     SET status = CASE WHEN cancel_requested = 1 THEN 'cancelled' ELSE 'failed' END,
+         error = CASE WHEN cancel_requested = 1 THEN NULL ELSE @error END, finished_at = @now, updated_at = @now
    WHERE status = 'running'
      AND runner_id IS NOT @runnerId
      AND (runner_id IS NULL OR runner_id NOT IN (SELECT id FROM jobtable_runners))`
@@ -145,6 +154,20 @@ export const otherRunners = `SELECT id FROM jobtable_runners WHERE id <> @runner
 export const promoteDue = `
   UPDATE jobtable_jobs SET status = 'queued', updated_at = @now
    WHERE seq IN (SELECT seq FROM jobtable_jobs WHERE status = 'scheduled' AND run_at <= @now ORDER BY run_at LIMIT @limit)`
+
+/** Cancels a job not yet started (queued or scheduled), within @scope unless @anyScope = 1. */
+export const cancelWaiting = `
+  UPDATE jobtable_jobs SET status = 'cancelled', finished_at = @now, updated_at = @now
+   WHERE id = @id AND (@anyScope = 1 OR scope IS @scope) AND status IN ('queued', 'scheduled')`
+
+/** Asks the runner of a running job to abort it, within @scope unless @anyScope = 1. */
+export const requestCancel = `
+  UPDATE jobtable_jobs SET cancel_requested = 1, updated_at = @now
+   WHERE id = @id AND (@anyScope = 1 OR scope IS @scope) AND status = 'running'`
+
+/** The running jobs of @runnerId whose cancellation was requested. */
+export const cancelRequested = `
+  SELECT id FROM jobtable_jobs WHERE status = 'running' AND runner_id = @runnerId AND cancel_requested = 1`
 
 /** The earliest due time of a scheduled job (from the index jobtable_jobs_scheduled). */
 export const nextDue = `SELECT min(run_at) AS due FROM jobtable_jobs WHERE status = 'scheduled'`

@@ -30,7 +30,9 @@ describe.skipIf(postgresSkipReason !== undefined)('postgres: the notification li
 
   it('keeps at most one abort listener on its stop signal across reconnects, and still hears notifications after them', async () => {
     let notified = 0
-    listener = new NotificationListener({ connectionString: PG_URL, application_name: name }, NOTIFY_CHANNEL, name, () => notified++)
+    listener = new NotificationListener({ connectionString: PG_URL, application_name: name }, NOTIFY_CHANNEL, name, (what) => {
+      if (what === 'jobs') notified++
+    })
     const abortListeners = () => getEventListeners(listener!.stopSignal, 'abort').length
     listener.start()
     // onNotify is called once each time the connection is listening again.

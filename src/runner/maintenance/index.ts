@@ -2,6 +2,7 @@ import type { Driver } from '../../driver.js'
 import type { Logger } from '../../logger.js'
 import type { ClaimGate } from '../claim-gate.js'
 import { InterruptedSweep } from './interrupted.js'
+import { CancelWatch } from './cancel-watch.js'
 import { LostClaimRecovery } from './lost-claims.js'
 import { Scheduler } from './scheduler.js'
 import { UnservedKinds } from './unserved-kinds.js'
@@ -16,6 +17,8 @@ export class Maintenance {
   readonly #interrupted: InterruptedSweep
   /** Makes scheduled jobs queued when due; the runner tells it of due times and wakes. */
   readonly scheduler: Scheduler
+  /** Aborts the jobs running here whose cancellation was requested; ticked on a cancel notification. */
+  readonly cancels: CancelWatch
   readonly #services: { start(): void; stop(): Promise<void> }[]
 
   constructor(options: {
@@ -27,15 +30,20 @@ export class Maintenance {
     clock: () => number
     /** Called when jobs became queued: a worker should look. */
     wake: () => void
+    /** How many jobs run here, and how to abort some of them. */
+    running: () => number
+    cancel: (ids: readonly string[]) => void
   }) {
-    const { driver, runnerId, gate, unknownKindGraceMs, logger, clock, wake } = options
+    const { driver, runnerId, gate, unknownKindGraceMs, logger, clock, wake, running, cancel } = options
     this.#interrupted = new InterruptedSweep(driver, runnerId, logger, clock)
     this.scheduler = new Scheduler(driver, logger, clock, wake)
+    this.cancels = new CancelWatch(driver, runnerId, logger, running, cancel)
     this.#services = [
       this.#interrupted,
       new LostClaimRecovery(gate, driver.capabilities.liveness.sweepMs, logger),
       new UnservedKinds(driver, unknownKindGraceMs, logger, clock),
       this.scheduler,
+      this.cancels,
     ]
   }
 
