@@ -3,7 +3,7 @@ import pg from 'pg'
 import type { Driver } from 'jobtable'
 import { newJobId } from '../src/id.js'
 import { queries } from '../src/postgres/queries.js'
-import type { Backend, EnqueueShape, FloorRate, Floors, InsertFloorRate, Store } from './backend.js'
+import { SCHEDULED_DELAY_MS, type Backend, type EnqueueShape, type FloorRate, type Floors, type InsertFloorRate, type Store } from './backend.js'
 import { percentile } from './stats.js'
 
 /**
@@ -119,6 +119,39 @@ async function seedFinished(client: pg.Client, rows: number): Promise<void> {
   await client.query('ANALYZE jobs')
 }
 
+/**
+ * Inserts `rows` scheduled jobs as if each had been enqueued with a delay
+ * of `delayMs`: created 1 ms apart ending just before now (ids by newJobId
+ * at that time, so they sort like real ones), status 'scheduled', run_at =
+ * created_at + delayMs; SEED_CHUNK rows per statement through unnest, as
+ * seedFinished; then ANALYZE and CHECKPOINT.
+ */
+async function seedScheduled(client: pg.Client, rows: number, delayMs: number): Promise<void> {
+  const first = Date.now() - rows
+  for (let start = 0; start < rows; start += SEED_CHUNK) {
+    const count = Math.min(SEED_CHUNK, rows - start)
+    const ids = new Array<string>(count)
+    for (let i = 0; i < count; i++) ids[i] = newJobId(first + start + i)
+    await client.query(
+      `INSERT INTO jobs (id, kind, status, payload, created_at, updated_at, run_at)
+       SELECT t.id, 'noop', 'scheduled', '{"n":0}', $2::bigint + t.ord, $2::bigint + t.ord, $2::bigint + t.ord + $3::bigint
+         FROM unnest($1::text[]) WITH ORDINALITY AS t(id, ord)
+        ORDER BY t.ord`,
+      [ids, first + start - 1, delayMs],
+    )
+  }
+  await client.query('ANALYZE jobs')
+  // Written out now, not by the timed drain: a million jobs scheduled last week were
+  // checkpointed long ago, and the seed's dirty pages far exceed the default shared_buffers.
+  await client.query('CHECKPOINT')
+}
+
+/** How many jobs the schema's table holds in each status. */
+async function countByStatus(client: pg.Client): Promise<Record<string, number>> {
+  const { rows } = await client.query<{ status: string; n: string }>(`SELECT status, count(*) AS n FROM jobs GROUP BY status`)
+  return Object.fromEntries(rows.map((r) => [r.status, Number(r.n)]))
+}
+
 /** Inserts `jobs` queued jobs in one statement, ids from newJobId, in seq order of the array. */
 async function seedQueued(client: pg.Client, jobs: number): Promise<void> {
   const now = Date.now()
@@ -149,6 +182,22 @@ async function pgStore(): Promise<Store> {
       const client = await connect(schema)
       try {
         await seedFinished(client, rows)
+      } finally {
+        await client.end()
+      }
+    },
+    async seedScheduled(rows, delayMs) {
+      const client = await connect(schema)
+      try {
+        await seedScheduled(client, rows, delayMs)
+      } finally {
+        await client.end()
+      }
+    },
+    async countByStatus() {
+      const client = await connect(schema)
+      try {
+        return await countByStatus(client)
       } finally {
         await client.end()
       }
@@ -226,7 +275,8 @@ async function drainShaped(client: pg.Client, schema: string, jobs: number, work
     claimed = next
   }
   const r = rate(done, t0)
-  const { rows } = await client.query<{ n: string }>(`SELECT count(*) AS n FROM jobs WHERE status <> 'succeeded'`)
+  // Scheduled jobs beside the queued ones (the scheduled workload) are not the floor's to run.
+  const { rows } = await client.query<{ n: string }>(`SELECT count(*) AS n FROM jobs WHERE status NOT IN ('succeeded', 'scheduled')`)
   if (done !== jobs || rows[0]?.n !== '0') throw new Error(`shaped drain floor: ${done} of ${jobs} finished, ${rows[0]?.n} not succeeded`)
   return r
 }
@@ -423,6 +473,17 @@ const pgFloors: Floors = {
         if (job !== undefined) await client.query(FINISH_ONE, [job.id, job.attempt, now])
       }
       return { p50: percentile(times, 50), p99: percentile(times, 99) }
+    })
+  },
+  async drainShapedBesideScheduled(jobs, workers, scheduledRows) {
+    return withSchema(1, async ([c], schema) => {
+      const client = c as pg.Client
+      if (scheduledRows > 0) await seedScheduled(client, scheduledRows, SCHEDULED_DELAY_MS)
+      await seedQueued(client, jobs)
+      const rate = await drainShaped(client, schema, jobs, workers)
+      const left = (await countByStatus(client))['scheduled'] ?? 0
+      if (left !== scheduledRows) throw new Error(`shaped drain floor: ${left} of ${scheduledRows} scheduled jobs still scheduled`)
+      return rate
     })
   },
 }

@@ -3,7 +3,7 @@ import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { sqlite } from 'jobtable/sqlite'
 import type { Driver } from 'jobtable'
-import type { Backend, EnqueueShape, Floors, Store } from './backend.js'
+import { SCHEDULED_DELAY_MS, type Backend, type EnqueueShape, type Floors, type Store } from './backend.js'
 import * as floor from './floor-sqlite.js'
 import type { Sync } from './floor-sqlite.js'
 
@@ -35,6 +35,22 @@ function sqliteStore(sync: Sync): Store {
       const db = floor.openFloorDb(path, sync)
       try {
         floor.seedFinished(db, rows)
+      } finally {
+        db.close()
+      }
+    },
+    async seedScheduled(rows, delayMs) {
+      const db = floor.openFloorDb(path, sync)
+      try {
+        floor.seedScheduled(db, rows, delayMs)
+      } finally {
+        db.close()
+      }
+    },
+    async countByStatus() {
+      const db = floor.openFloorDb(path, sync)
+      try {
+        return floor.countByStatus(db)
       } finally {
         db.close()
       }
@@ -91,6 +107,16 @@ function sqliteFloors(sync: Sync): Floors {
     },
     async latency(samples) {
       return withDb(sync, (db) => floor.latencyFloor(db, samples))
+    },
+    async drainShapedBesideScheduled(jobs, workers, scheduledRows) {
+      return withDb(sync, (db) => {
+        if (scheduledRows > 0) floor.seedScheduled(db, scheduledRows, SCHEDULED_DELAY_MS)
+        floor.seedQueued(db, jobs)
+        const rate = floor.drainShaped(db, workers)
+        const left = floor.countByStatus(db)['scheduled'] ?? 0
+        if (left !== scheduledRows) throw new Error(`shaped drain floor: ${left} of ${scheduledRows} scheduled jobs still scheduled`)
+        return rate
+      })
     },
   }
 }

@@ -1,5 +1,8 @@
 import type { Driver } from 'jobtable'
 
+/** How far ahead the scheduled workload's jobs are due: next week. */
+export const SCHEDULED_DELAY_MS = 7 * 24 * 60 * 60 * 1000
+
 /**
  * Jobs per second of the raw-SQL floors: one transaction per write, 100
  * writes per statement, and the library's own statements in its own batch
@@ -34,6 +37,12 @@ export interface Floors {
   mixed(jobs: number, workers: number): Promise<FloorRate>
   /** Insert-to-claim time in ms, one job at a time. */
   latency(samples: number): Promise<{ p50: number; p99: number }>
+  /**
+   * The shaped drain floor alone (the library's own SQL in its own batch
+   * shape) on `jobs` queued jobs beside `scheduledRows` jobs scheduled for
+   * later (0: an empty table); jobs/s. The scheduled workload's floor.
+   */
+  drainShapedBesideScheduled(jobs: number, workers: number, scheduledRows: number): Promise<number>
 }
 
 /** An isolated store (a fresh SQLite file, a fresh PostgreSQL schema). */
@@ -42,6 +51,16 @@ export interface Store {
   driver(): Driver
   /** Inserts `rows` finished jobs with raw SQL, as fast as the database allows. */
   seedFinished(rows: number): Promise<void>
+  /**
+   * Inserts `rows` scheduled jobs with raw SQL, as if each had been
+   * enqueued 1 ms after the last (ending just before now) with a delay of
+   * `delayMs`: status 'scheduled', run_at = created_at + delayMs, ids by
+   * newJobId at created_at. PostgreSQL ANALYZEs the table and checkpoints
+   * afterwards.
+   */
+  seedScheduled(rows: number, delayMs: number): Promise<void>
+  /** How many jobs the store holds in each status, read with raw SQL. */
+  countByStatus(): Promise<Record<string, number>>
   drop(): Promise<void>
 }
 

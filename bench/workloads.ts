@@ -1,7 +1,7 @@
 import diagnostics from 'node:diagnostics_channel'
 import type { StandardSchemaV1 } from '@standard-schema/spec'
 import { Runner, jobEndChannel, jobStartChannel, type Driver, type JobEvent, type Kind, type Logger } from 'jobtable'
-import type { Store } from './backend.js'
+import { SCHEDULED_DELAY_MS, type Store } from './backend.js'
 import { profileStart, profileStop } from './profiler.js'
 import { percentile, RssSampler } from './stats.js'
 
@@ -302,6 +302,68 @@ export async function scale(warmStore: Store, emptyStore: Store, bigStore: Store
       /** Empty-table CPU per job over full-table CPU per job: the same ratio, less moved by other load. */
       cpu_ratio_to_empty: empty.cpu_us_per_job / big.cpu_us_per_job,
       seed_s: seedSeconds,
+    },
+  }
+}
+
+/**
+ * Scheduled jobs must cost the claim nothing. After a warm-up drain on a
+ * table of its own (not counted), drains `jobs` on an empty table, then on
+ * a table that already holds `scheduledRows` jobs scheduled for next week
+ * (inserted with raw SQL, as if enqueued with a delay of 7 days), the due
+ * jobs enqueued through the library with enqueueMany as `drain` does, then
+ * once more on a fresh empty table. Every due job must have succeeded and
+ * every scheduled one still be scheduled. Reports the drain beside the
+ * scheduled jobs and its ratio to the mean of the two empty-table drains
+ * around it (so drift in the machine's load between them counts less),
+ * and the largest RSS across all four.
+ */
+export async function scheduled(warmStore: Store, emptyStore: Store, bigStore: Store, emptyAfterStore: Store, scheduledRows: number, jobs: number, workers: number): Promise<Measurement> {
+  const rss = new RssSampler()
+  // Not counted: the JIT warms up on it, so the drains compared below all run warm.
+  await drain(warmStore, jobs, workers, 'warm-up')
+  const before = await drain(emptyStore, jobs, workers, 'empty')
+  const seedStart = performance.now()
+  await bigStore.seedScheduled(scheduledRows, SCHEDULED_DELAY_MS)
+  const seedSeconds = (performance.now() - seedStart) / 1000
+  const big = await drain(bigStore, jobs, workers, 'scheduled')
+  // The drain counted its own ends; this reads the table: the due jobs all succeeded, the scheduled ones untouched, nothing else.
+  const counts = await bigStore.countByStatus()
+  const succeeded = counts['succeeded'] ?? 0
+  const stillScheduled = counts['scheduled'] ?? 0
+  const total = Object.values(counts).reduce((a, b) => a + b, 0)
+  if (succeeded !== jobs || stillScheduled !== scheduledRows || total !== jobs + scheduledRows) {
+    throw new Error(`scheduled: expected ${jobs} succeeded and ${scheduledRows} scheduled, found ${JSON.stringify(counts)}`)
+  }
+  const after = await drain(emptyAfterStore, jobs, workers, 'empty-after')
+  const rssMb = Math.max(rss.maxMb, before.rss_mb, big.rss_mb, after.rss_mb)
+  rss.stop()
+  const emptyRate = (before.jobs_per_s + after.jobs_per_s) / 2
+  const emptyCpu = (before.cpu_us_per_job + after.cpu_us_per_job) / 2
+  // Each repeat's own figures (the table shows medians taken column by column).
+  console.error(
+    `bench: scheduled: ${Math.round(big.jobs_per_s)}/s beside ${scheduledRows} scheduled; empty ${Math.round(before.jobs_per_s)}/s before, ${Math.round(after.jobs_per_s)}/s after; ` +
+      `ratio ${(big.jobs_per_s / emptyRate).toFixed(3)} (cpu ${(emptyCpu / big.cpu_us_per_job).toFixed(3)}); seeded in ${seedSeconds.toFixed(1)} s; ${succeeded} succeeded, ${stillScheduled} still scheduled`,
+  )
+  return {
+    jobs,
+    jobs_per_s: big.jobs_per_s,
+    p50_ms: big.p50_ms,
+    p99_ms: big.p99_ms,
+    rss_mb: rssMb,
+    cpu_us_per_job: big.cpu_us_per_job,
+    extra: {
+      scheduled_rows: scheduledRows,
+      empty_jobs_per_s: emptyRate,
+      empty_before_jobs_per_s: before.jobs_per_s,
+      empty_after_jobs_per_s: after.jobs_per_s,
+      ratio_to_empty: big.jobs_per_s / emptyRate,
+      empty_cpu_us_per_job: emptyCpu,
+      /** Empty-table CPU per job over this table's CPU per job: the same ratio, less moved by other load. */
+      cpu_ratio_to_empty: emptyCpu / big.cpu_us_per_job,
+      seed_s: seedSeconds,
+      succeeded,
+      still_scheduled: stillScheduled,
     },
   }
 }
