@@ -291,7 +291,7 @@ export function insertShaped(db: Database.Database, n: number, perTx: number): n
   for (let i = 0; i < n; i += perTx) {
     const now = Date.now()
     const count = Math.min(perTx, n - i)
-    if (count === 1) insert.run({ id: newJobId(now), kind: 'noop', payload: PAYLOAD, scope: null, now, priority: 0, runAt: null })
+    if (count === 1) insert.run({ id: newJobId(now), kind: 'noop', payload: PAYLOAD, scope: null, now, priority: 0, runAt: null, maxAttempts: 1, timeoutMs: null, requeueInterrupted: false })
     else many(count, now)
   }
   return n / ((performance.now() - t0) / 1000)
