@@ -178,6 +178,14 @@ export interface ClaimParams {
   readonly runnerId: string
   /** The kinds the runner has handlers for; never empty. */
   readonly kinds: readonly string[]
+  /**
+   * Limits on running jobs for some of `kinds`: the claim takes a job of
+   * such a kind only while fewer than `concurrency` of the kind (and fewer
+   * than `scopeConcurrency` of the kind in the job's scope) are running,
+   * counted race-free against every concurrent claim, and takes other
+   * jobs past the ones it may not take.
+   */
+  readonly limits?: ReadonlyMap<string, { readonly concurrency: number | null; readonly scopeConcurrency: number | null }>
 }
 
 /** What jobFinishManyAndClaim takes. */

@@ -90,6 +90,21 @@ export interface KindOptions<S extends StandardSchemaV1, R, Code extends string>
    * most once.
    */
   readonly idempotent?: boolean
+  /**
+   * At most this many jobs of the kind run at once in the whole
+   * deployment, across every process on the database (at most 2
+   * `plan_week` at a time). Enforced in the claim itself. Jobs over the
+   * limit wait; other kinds' jobs are claimed past them. Default: no limit.
+   */
+  readonly concurrency?: number
+  /** At most this many jobs of the kind run at once per owner scope (one plan per household). Default: no limit. */
+  readonly scopeConcurrency?: number
+}
+
+/** How many jobs of a kind may run at once, in all and per scope (null: no limit). */
+export interface KindLimit {
+  readonly concurrency: number | null
+  readonly scopeConcurrency: number | null
 }
 
 /** Retries of a kind: how many attempts in all, which failures, how long between them. */
@@ -129,11 +144,13 @@ export interface KindDef<S extends StandardSchemaV1 = StandardSchemaV1, R = unkn
   readonly retry: RetryOptions<Code> | undefined
   readonly timeoutMs: number | undefined
   readonly idempotent: boolean
+  readonly concurrency: number | undefined
+  readonly scopeConcurrency: number | undefined
   /** A JobFailure with one of the declared codes, to throw from a handler or a function it calls. */
   failure(code: Code): JobFailure<Code>
 }
 
-const DEFINITION_KEYS = ['payload', 'result', 'failures', 'enqueueOverHttp', 'retry', 'timeoutMs', 'idempotent'] as const
+const DEFINITION_KEYS = ['payload', 'result', 'failures', 'enqueueOverHttp', 'retry', 'timeoutMs', 'idempotent', 'concurrency', 'scopeConcurrency'] as const
 const REGISTER_KEYS = [...DEFINITION_KEYS, 'handler'] as const
 
 
@@ -157,6 +174,8 @@ export function defineKind<S extends StandardSchemaV1, R = unknown, const Code e
     retry: options.retry,
     timeoutMs: options.timeoutMs,
     idempotent: options.idempotent === true,
+    concurrency: options.concurrency,
+    scopeConcurrency: options.scopeConcurrency,
     failure: (code: Code) => new JobFailure<Code>(code),
   })
 }
@@ -185,6 +204,8 @@ export class RegisteredKind {
   readonly maxAttempts: number
   readonly timeoutMs: number | null
   readonly idempotent: boolean
+  /** The kind's limits on running jobs, or undefined when it has none. */
+  readonly limit: KindLimit | undefined
   readonly #definition: KindDef
   readonly #declared: ReadonlySet<string>
   readonly #retried: ReadonlySet<string>
@@ -202,6 +223,8 @@ export class RegisteredKind {
     this.idempotent = definition.idempotent
     this.maxAttempts = definition.retry?.maxAttempts ?? (definition.idempotent ? 3 : 1)
     this.timeoutMs = definition.timeoutMs ?? null
+    const { concurrency, scopeConcurrency } = definition
+    this.limit = concurrency === undefined && scopeConcurrency === undefined ? undefined : { concurrency: concurrency ?? null, scopeConcurrency: scopeConcurrency ?? null }
     this.#retried = new Set(definition.retry?.codes ?? [])
     this.#baseMs = definition.retry?.backoff?.baseMs ?? 1_000
     this.#maxMs = definition.retry?.backoff?.maxMs ?? 600_000
@@ -303,6 +326,12 @@ function validateDefinition(name: string, def: object | undefined, keys: readonl
 function validateLifecycle(name: string, d: Partial<KindDefinition<StandardSchemaV1, unknown, string>>): void {
   if (d.idempotent !== undefined && typeof d.idempotent !== 'boolean') throw new RegistrationError(name, 'idempotent must be true or false')
   if (d.timeoutMs !== undefined && !(Number.isSafeInteger(d.timeoutMs) && d.timeoutMs > 0)) throw new RegistrationError(name, 'timeoutMs must be an integer > 0')
+  for (const key of ['concurrency', 'scopeConcurrency'] as const) {
+    const value: unknown = d[key]
+    if (value !== undefined && !(Number.isInteger(value) && (value as number) >= 1 && (value as number) <= 1_000_000)) {
+      throw new RegistrationError(name, `${key} must be an integer from 1 to 1000000`)
+    }
+  }
   const retry: unknown = d.retry
   if (retry === undefined) return
   if (retry === null || typeof retry !== 'object') throw new RegistrationError(name, 'retry must be an object { maxAttempts, codes?, backoff? }')

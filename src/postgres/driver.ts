@@ -82,6 +82,9 @@ export interface PostgresOptions {
   readonly statementTimeoutMs?: number
 }
 
+/** A limit that never binds, for a kind limited in one way only. */
+const UNLIMITED = 2 ** 31 - 1
+
 /** A schema name jobtable accepts: a plain identifier, quoted in every statement. */
 const SCHEMA_NAME = /^[A-Za-z_][A-Za-z0-9_]{0,62}$/
 
@@ -218,12 +221,37 @@ export class PostgresDriver implements Driver<PgQueryable, false> {
     }
   }
 
-  async jobClaim({ limit, runnerId, kinds, now }: ClaimParams & { now: number }): Promise<ClaimedJob[]> {
-    return toClaimed((await this.#query<ClaimedRow>('claim jobs', this.#q.claimJobs, [limit, runnerId, now, kinds])).rows)
+  async jobClaim({ limit, runnerId, kinds, limits, now }: ClaimParams & { now: number }): Promise<ClaimedJob[]> {
+    const free = limits === undefined ? kinds : kinds.filter((k) => !limits.has(k))
+    const claimed = free.length > 0 ? toClaimed((await this.#query<ClaimedRow>('claim jobs', this.#q.claimJobs, [limit, runnerId, now, free])).rows) : []
+    if (limits !== undefined && limits.size > 0 && claimed.length < limit) claimed.push(...(await this.#claimLimited(limit - claimed.length, runnerId, limits, now)))
+    return claimed
+  }
+
+  /**
+   * Claims the kinds with limits, each in a transaction of its own under
+   * its advisory lock (lockKind), up to `limit` jobs in all.
+   */
+  async #claimLimited(limit: number, runnerId: string, limits: NonNullable<ClaimParams['limits']>, now: number): Promise<ClaimedJob[]> {
+    const claimed: ClaimedJob[] = []
+    for (const [kind, { concurrency, scopeConcurrency }] of limits) {
+      if (claimed.length >= limit) break
+      const rows = await this.#transaction('claim limited jobs', async (query) => {
+        await query(this.#q.lockKind, [this.schema, kind])
+        return (await query<ClaimedRow>(this.#q.claimLimited, [kind, limit - claimed.length, runnerId, now, concurrency ?? UNLIMITED, scopeConcurrency ?? UNLIMITED])).rows
+      })
+      claimed.push(...toClaimed(rows))
+    }
+    return claimed
   }
 
   /** Final writes and the next claim in one statement (see queries.finishAndClaimJobs). */
   async jobFinishManyAndClaim({ finishes, now, signal, claim }: FinishAndClaimParams): Promise<FinishAndClaimResult> {
+    if (claim.limits !== undefined && claim.limits.size > 0) {
+      // Limited kinds claim in a transaction of their own: the final writes first, then the claim.
+      const applied = await this.jobFinishMany({ finishes, now, signal })
+      return { applied, claimed: await this.jobClaim({ ...claim, now }) }
+    }
     const { final, retried } = await this.#retryFirst(finishes, now, signal)
     const values = [...finishValues(final, now), claim.limit, claim.runnerId, claim.kinds]
     const rows = (await this.#query<ClaimedRow & { part: 'f' | 'c' }>('finish and claim jobs', this.#q.finishAndClaimJobs, values, signal)).rows
@@ -398,6 +426,38 @@ export class PostgresDriver implements Driver<PgQueryable, false> {
     const pid = (client as unknown as { processID: number | null }).processID
     if (pid === null) return
     this.#pool.query('SELECT pg_cancel_backend($1)', [pid]).catch(() => undefined)
+  }
+
+  /**
+   * Runs `fn` in a transaction on one pooled connection, every statement
+   * under one bound of statementTimeoutMs; rolls back on any failure,
+   * mapping it to DatabaseError as #query does.
+   */
+  async #transaction<T>(operation: string, fn: (query: <R extends object>(text: string, values: unknown[]) => Promise<pg.QueryResult<R>>) => Promise<T>): Promise<T> {
+    let client: pg.PoolClient | undefined
+    const deadline = this.#deadlines.start()
+    try {
+      await abortable(this.migrate(), deadline)
+      client = await abortable(this.#pool.connect(), deadline, (late) => late.release())
+      client.on('error', ignore)
+      const c = client
+      const query = <R extends object>(text: string, values: unknown[]) =>
+        abortable(c.query<R>(this.#prepared ? { name: statementName(text), text, values } : { text, values }), deadline)
+      await abortable(c.query('BEGIN'), deadline)
+      const result = await fn(query)
+      await abortable(c.query('COMMIT'), deadline)
+      client.off('error', ignore)
+      client.release()
+      return result
+    } catch (err) {
+      if (err instanceof Aborted && client !== undefined) this.#cancel(client)
+      client?.off('error', ignore)
+      // A connection in an unknown transaction state is not reused.
+      client?.release(true)
+      throw toDatabaseError(operation, err)
+    } finally {
+      this.#deadlines.done(deadline)
+    }
   }
 
   /**

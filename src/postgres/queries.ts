@@ -71,6 +71,34 @@ export function queries(s: string) {
       RETURNING j.seq, j.id, j.kind, j.payload, j.attempt, j.max_attempts AS "maxAttempts", j.timeout_ms AS "timeoutMs"`,
 
     /**
+     * Serializes the limited claims of one kind across every process: a
+     * transaction-scoped advisory lock keyed by the schema and the kind.
+     * SKIP LOCKED alone cannot keep a count: two claimers would each see
+     * one job running of a limit of two, and take one each.
+     */
+    lockKind: `SELECT pg_advisory_xact_lock(hashtext('jobtable:limit:' || $1), hashtext($2::text))`,
+
+    /**
+     * Claims jobs of the kind $1 under its limits (see the SQLite claimLimited):
+     * at most $2, no more than $5 running in all, and no more than $6 running
+     * per scope (each scope's queued jobs ranked). Run under lockKind.
+     */
+    claimLimited: `
+      UPDATE ${s}.jobs AS j
+         SET status = 'running', attempt = j.attempt + 1, runner_id = $3, started_at = $4, updated_at = $4
+       WHERE j.status = 'queued' AND j.seq IN (
+         SELECT seq FROM (
+           SELECT q.seq, q.priority,
+                  ROW_NUMBER() OVER (PARTITION BY q.scope ORDER BY q.priority DESC, q.seq) AS rank,
+                  (SELECT count(*) FROM ${s}.jobs r WHERE r.status = 'running' AND r.kind = $1 AND r.scope IS NOT DISTINCT FROM q.scope) AS busy
+             FROM ${s}.jobs q WHERE q.status = 'queued' AND q.kind = $1
+         ) ranked
+          WHERE rank + busy <= $6
+          ORDER BY priority DESC, seq
+          LIMIT greatest(0, least($2::bigint, $5::bigint - (SELECT count(*) FROM ${s}.jobs WHERE status = 'running' AND kind = $1))))
+      RETURNING j.seq, j.id, j.kind, j.payload, j.attempt, j.max_attempts AS "maxAttempts", j.timeout_ms AS "timeoutMs"`,
+
+    /**
      * Puts back the jobs a claim marked running for a runner whose claim
      * answer was lost with its connection (the statement may have
      * committed). `$2` lists every job the runner holds: any other job

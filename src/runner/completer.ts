@@ -28,6 +28,13 @@ export type FinishOutcome = 'applied' | 'fenced' | 'given_up'
 interface Finishing {
   readonly finish: JobFinish
   readonly kind: string
+  /**
+   * Whether its worker is free once it lands. Not for a job recorded as
+   * timed out while its handler still runs: that slot stays taken, so a
+   * claim made for it would hold a job no handler can start (running in
+   * the database, out of reach of idle runners) until the handler returns.
+   */
+  readonly frees: boolean
   outcome: FinishOutcome
 }
 
@@ -67,8 +74,8 @@ export class Completer {
   }
 
   /** Resolves once the job's final write has landed or been given up, saying which (never rejects). */
-  async finish(finish: JobFinish, kind: string): Promise<FinishOutcome> {
-    const item: Finishing = { finish, kind, outcome: 'given_up' }
+  async finish(finish: JobFinish, kind: string, frees = true): Promise<FinishOutcome> {
+    const item: Finishing = { finish, kind, frees, outcome: 'given_up' }
     await this.#batcher.add(item)
     return item.outcome
   }
@@ -134,7 +141,9 @@ export class Completer {
     // cannot cancel a statement (SQLite) never does, and each signal costs a timer.
     let signal: AbortSignal | undefined
     const bound = () => (signal ??= finalWriteSignal())
-    const claim = this.#stopping.aborted ? undefined : this.#piggyback?.request(batch.length)
+    // Claims for the workers this batch frees (and the idle ones), not for a slot a timed-out handler still holds.
+    const freed = batch.filter((b) => b.frees).length
+    const claim = this.#stopping.aborted ? undefined : this.#piggyback?.request(freed)
     if (claim === undefined) {
       try {
         return await this.#driver.jobFinishMany({
@@ -157,10 +166,10 @@ export class Completer {
           return bound()
         },
       })
-      this.#piggyback!.take(claimed, batch.length)
+      this.#piggyback!.take(claimed, freed)
       return applied
     } catch (err) {
-      this.#piggyback!.missed(batch.length)
+      this.#piggyback!.missed(freed)
       throw err
     } finally {
       this.#landedNow()
@@ -182,7 +191,7 @@ export class Completer {
     const [b] = batch as [Finishing]
     if (b.finish.status === 'succeeded') {
       this.#logger.error({ ...fields(b), error: errorCode(err) }, 'job result could not be stored; failing the job')
-      const failed: Finishing = { kind: b.kind, finish: { ...b.finish, status: 'failed', result: null, error: CODE_INTERNAL }, outcome: 'given_up' }
+      const failed: Finishing = { kind: b.kind, frees: b.frees, finish: { ...b.finish, status: 'failed', result: null, error: CODE_INTERNAL }, outcome: 'given_up' }
       await this.#write([failed])
       b.outcome = failed.outcome
       return

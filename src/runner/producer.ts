@@ -62,6 +62,8 @@ export class Producer implements Piggyback {
   readonly #runnerId: string
   readonly #kinds: ReadonlyMap<string, RegisteredKind>
   readonly #kindNames: readonly string[]
+  /** The limits of the kinds that have one, passed with every claim; undefined when none has. */
+  readonly #limits: ClaimParams['limits']
   readonly #gate: ClaimGate
   readonly #logger: Logger
   readonly #clock: () => number
@@ -87,6 +89,8 @@ export class Producer implements Piggyback {
     this.#runnerId = options.runnerId
     this.#kinds = options.kinds
     this.#kindNames = [...options.kinds.keys()]
+    const limited = [...options.kinds.values()].filter((k) => k.limit !== undefined).map((k) => [k.name, k.limit!] as const)
+    this.#limits = limited.length > 0 ? new Map(limited) : undefined
     this.#gate = options.gate
     this.#logger = options.logger
     this.#clock = options.clock
@@ -176,7 +180,7 @@ export class Producer implements Piggyback {
     const idle = Math.max(0, this.#idle - this.#prefetched.length - this.#loopClaimFor)
     // This claim looks for work for every idle worker: the wakes so far are answered.
     if (idle > 0) this.#kicked = false
-    return { limit: finishing + idle, runnerId: this.#runnerId, kinds: this.#kindNames }
+    return { limit: finishing + idle, runnerId: this.#runnerId, kinds: this.#kindNames, limits: this.#limits }
   }
 
   take(jobs: ClaimedJob[], finishing: number): void {
@@ -266,10 +270,11 @@ export class Producer implements Piggyback {
 
   /** One claim through the gate, which first recovers what a lost claim may have taken. */
   async #claim(limit: number): Promise<ClaimedJob[]> {
-    await this.#gate.enter()
+    // The common case enters at once, without a turn of the event loop.
+    if (!this.#gate.tryEnter()) await this.#gate.enter()
     let jobs: ClaimedJob[] | undefined
     try {
-      jobs = await this.#driver.jobClaim({ limit, runnerId: this.#runnerId, kinds: this.#kindNames, now: this.#clock() })
+      jobs = await this.#driver.jobClaim({ limit, runnerId: this.#runnerId, kinds: this.#kindNames, limits: this.#limits, now: this.#clock() })
       return jobs
     } finally {
       this.#gate.leave(jobs)
@@ -413,8 +418,9 @@ export class Producer implements Piggyback {
     return { code: CODE_TIMEOUT, reason: 'deadline passed' }
   }
 
-  async #finish({ job }: Execution, end: Omit<JobFinish, 'id' | 'attempt'>): Promise<void> {
-    const outcome = await this.#completer.finish({ id: job.id, attempt: job.attempt, ...end }, job.kind)
+  async #finish({ job, lingering }: Execution, end: Omit<JobFinish, 'id' | 'attempt'>): Promise<void> {
+    // A handler still running past its deadline keeps its slot (see #start): its final write claims nothing for it.
+    const outcome = await this.#completer.finish({ id: job.id, attempt: job.attempt, ...end }, job.kind, lingering === undefined)
     // A write given up leaves the job running under this runner: still held, so a lost-claim recovery never queues it again.
     if (outcome !== 'given_up') this.#gate.held.delete(job.id)
     if (jobEndChannel.hasSubscribers) {

@@ -69,6 +69,9 @@ export interface SqliteOptions {
 
 const SYNCHRONOUS = { normal: 'NORMAL', full: 'FULL' } as const
 
+/** A limit that never binds, for a kind limited in one way only. */
+const UNLIMITED = 2 ** 31 - 1
+
 /**
  * SQLite error codes that can clear by themselves: another connection's
  * lock, a full disk, a passing I/O error. Anything else (a corrupt file, a
@@ -97,6 +100,9 @@ export class SqliteDriver implements Driver<SqliteDatabase, true> {
   /** Set when jobtable writes through the application's handle (a database in memory): no write while it is in a transaction. */
   readonly #sharesApp: boolean
   readonly #insert: Database.Statement
+  readonly #unlimited = new WeakMap<readonly string[], readonly string[]>()
+  #claimScoped: Database.Statement | undefined
+  #claimCapped: Database.Statement | undefined
   /** claimJobs statements by kind count, and each kinds array's parameters, made once. */
   readonly #claims = new Map<number, Database.Statement>()
   readonly #claimParams = new WeakMap<readonly string[], Record<string, unknown>>()
@@ -116,6 +122,7 @@ export class SqliteDriver implements Driver<SqliteDatabase, true> {
   readonly #promoteDue: Database.Statement
   readonly #cancel: (id: string, anyScope: number, scope: string | null, now: number) => CancelResult
   readonly #cancelRequested: Database.Statement
+  readonly #claimLimitedTx: (limit: number, runnerId: string, kinds: readonly string[], limits: NonNullable<ClaimParams['limits']>, now: number) => ClaimedJob[]
   readonly #nextDue: Database.Statement
   readonly #sweep: (gone: readonly string[], runnerId: string, error: string, now: number) => { failed: number; requeued: number }
   readonly #locks: RunnerLocks
@@ -131,7 +138,14 @@ export class SqliteDriver implements Driver<SqliteDatabase, true> {
   readonly #insertMany: (jobs: readonly NewJob[], now: number) => void
   readonly #releaseMany: (jobs: readonly { id: string; attempt: number }[], now: number) => void
   readonly #finishMany: (finishes: readonly JobFinish[], now: number) => boolean[]
-  readonly #finishManyAndClaim: (finishes: readonly JobFinish[], now: number, limit: number, runnerId: string, kinds: readonly string[]) => FinishAndClaimResult
+  readonly #finishManyAndClaim: (
+    finishes: readonly JobFinish[],
+    now: number,
+    limit: number,
+    runnerId: string,
+    kinds: readonly string[],
+    limits?: ClaimParams['limits'],
+  ) => FinishAndClaimResult
   #closed = false
 
   constructor(options: SqliteOptions) {
@@ -200,6 +214,10 @@ export class SqliteDriver implements Driver<SqliteDatabase, true> {
       return (anyScope === 1 ? getAny.get({ id }) : getScoped.get({ id, scope })) === undefined ? 'missing' : 'terminal'
     }).immediate
     this.#cancelRequested = this.#writer.prepare(sql.cancelRequested)
+    this.#claimLimitedTx = this.#writer.transaction(
+      (limit: number, runnerId: string, kinds: readonly string[], limits: NonNullable<ClaimParams['limits']>, now: number) =>
+        this.#claimWithLimits(limit, runnerId, kinds, limits, now),
+    ).immediate
     this.#nextDue = this.#reader.prepare(sql.nextDue)
     this.#locks = new RunnerLocks(this.#writer.memory ? null : this.#writer.name)
     this.#sweep = this.#writer.transaction((gone: readonly string[], runnerId: string, error: string, now: number) => {
@@ -220,9 +238,9 @@ export class SqliteDriver implements Driver<SqliteDatabase, true> {
     }).immediate
     this.#finishMany = this.#writer.transaction((finishes: readonly JobFinish[], now: number) => this.#finishEach(finishes, now)).immediate
     this.#finishManyAndClaim = this.#writer.transaction(
-      (finishes: readonly JobFinish[], now: number, limit: number, runnerId: string, kinds: readonly string[]) => ({
+      (finishes: readonly JobFinish[], now: number, limit: number, runnerId: string, kinds: readonly string[], limits?: ClaimParams['limits']) => ({
         applied: this.#finishEach(finishes, now),
-        claimed: this.#claimRows(limit, runnerId, kinds, now),
+        claimed: limits === undefined || limits.size === 0 ? this.#claimRows(limit, runnerId, kinds, now) : this.#claimWithLimits(limit, runnerId, kinds, limits, now),
       }),
     ).immediate
   }
@@ -279,6 +297,28 @@ export class SqliteDriver implements Driver<SqliteDatabase, true> {
           : this.#finish.run({ id: f.id, attempt: f.attempt, status: f.status, result: f.result, error: f.error, now })
         ).changes === 1,
     )
+  }
+
+  /**
+   * A claim with limits: the kinds without one in one statement, then each
+   * limited kind in a statement of its own (claimLimited), in the same
+   * transaction, up to `limit` in all.
+   */
+  #claimWithLimits(limit: number, runnerId: string, kinds: readonly string[], limits: NonNullable<ClaimParams['limits']>, now: number): ClaimedJob[] {
+    let free = this.#unlimited.get(kinds)
+    if (free === undefined) {
+      free = kinds.filter((k) => !limits.has(k))
+      this.#unlimited.set(kinds, free)
+    }
+    const claimed = free.length > 0 ? this.#claimRows(limit, runnerId, free, now) : []
+    for (const [kind, { concurrency, scopeConcurrency }] of limits) {
+      if (claimed.length >= limit) break
+      const scoped = scopeConcurrency !== null
+      const statement = scoped ? (this.#claimScoped ??= this.#writer.prepare(sql.claimLimited(true))) : (this.#claimCapped ??= this.#writer.prepare(sql.claimLimited(false)))
+      const rows = statement.all({ kind, runnerId, now, limit: limit - claimed.length, cap: concurrency ?? UNLIMITED, scopeCap: scopeConcurrency ?? UNLIMITED }) as (ClaimedJob & { seq: number })[]
+      for (const row of rows.sort((a, b) => a.seq - b.seq)) claimed.push(row)
+    }
+    return claimed
   }
 
   #claimRows(limit: number, runnerId: string, kinds: readonly string[], now: number): ClaimedJob[] {
@@ -339,8 +379,9 @@ export class SqliteDriver implements Driver<SqliteDatabase, true> {
     })
   }
 
-  async jobClaim({ limit, runnerId, kinds, now }: ClaimParams & { now: number }): Promise<ClaimedJob[]> {
-    return this.#write('claim jobs', () => this.#claimRows(limit, runnerId, kinds, now))
+  async jobClaim({ limit, runnerId, kinds, limits, now }: ClaimParams & { now: number }): Promise<ClaimedJob[]> {
+    if (limits === undefined || limits.size === 0) return this.#write('claim jobs', () => this.#claimRows(limit, runnerId, kinds, now))
+    return this.#write('claim jobs', () => this.#claimLimitedTx(limit, runnerId, kinds, limits, now))
   }
 
   async jobRelease({ jobs, now }: { jobs: readonly { id: string; attempt: number }[]; now: number }): Promise<void> {
@@ -360,7 +401,7 @@ export class SqliteDriver implements Driver<SqliteDatabase, true> {
   }
 
   async jobFinishManyAndClaim({ finishes, now, claim }: FinishAndClaimParams): Promise<FinishAndClaimResult> {
-    return this.#write('finish and claim jobs', () => this.#finishManyAndClaim(finishes, now, claim.limit, claim.runnerId, claim.kinds))
+    return this.#write('finish and claim jobs', () => this.#finishManyAndClaim(finishes, now, claim.limit, claim.runnerId, claim.kinds, claim.limits))
   }
 
   /** The kinds of the runners on this file whose lock proves them alive, as a JSON array. */

@@ -52,6 +52,34 @@ export function claimJobs(kinds: number): string {
 }
 
 /**
+ * Claims jobs of one kind with limits: at most @limit, and no more than
+ * @cap (concurrency) of the kind running in all, counted in the same
+ * statement; SQLite serializes writers, so no other claim can slip in
+ * between the count and the update. With `scoped`, also no more than
+ * @scopeCap of the kind running per scope: each scope's queued jobs are
+ * ranked, and a job is taken only while its rank plus its scope's running
+ * count stays within the cap. That ranks every queued job of the kind:
+ * its cost grows with the kind's backlog.
+ */
+export function claimLimited(scoped: boolean): string {
+  const candidates = scoped
+    ? `SELECT seq FROM (
+         SELECT q.seq, q.priority,
+                ROW_NUMBER() OVER (PARTITION BY q.scope ORDER BY q.priority DESC, q.seq) AS rank,
+                (SELECT count(*) FROM jobtable_jobs r WHERE r.status = 'running' AND r.kind = @kind AND r.scope IS q.scope) AS busy
+           FROM jobtable_jobs q WHERE q.status = 'queued' AND q.kind = @kind)
+        WHERE rank + busy <= @scopeCap
+        ORDER BY priority DESC, seq`
+    : `SELECT seq FROM jobtable_jobs WHERE status = 'queued' AND kind = @kind ORDER BY priority DESC, seq`
+  return `
+  UPDATE jobtable_jobs
+     SET status = 'running', attempt = attempt + 1, runner_id = @runnerId, started_at = @now, updated_at = @now
+   WHERE seq IN (${candidates}
+                  LIMIT max(0, min(@limit, @cap - (SELECT count(*) FROM jobtable_jobs WHERE status = 'running' AND kind = @kind))))
+  RETURNING seq, id, kind, payload, attempt, max_attempts AS maxAttempts, timeout_ms AS timeoutMs`
+}
+
+/**
  * Puts back the jobs running under @runnerId that it does not hold (@keep,
  * a JSON array of ids): what a claim whose answer was lost marked running.
  */

@@ -132,9 +132,9 @@ describe('the runner refuses unknown options, naming the key, and stores nothing
     expect((await r.list()).jobs).toEqual([])
   })
 
-  it('register and defineKind: concurrency (not built yet) or a misspelled field are refused', async () => {
+  it('register and defineKind: a misspelled field (retries, maxConcurrency, failure) is refused', async () => {
     const r = fresh()
-    for (const key of ['retries', 'concurrency', 'failure']) {
+    for (const key of ['retries', 'maxConcurrency', 'failure']) {
       const err = await thrown(() => r.register('echo', { payload, handler: () => undefined, [key]: 1 } as never))
       expect((err as JobtableError).code).toBe('invalid_registration')
       expect((err as Error).message).toContain(`unknown option ${JSON.stringify(key)}`)
