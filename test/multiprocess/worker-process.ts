@@ -11,8 +11,12 @@
  *
  * - JT_KINDS: the kinds it has handlers for, comma-separated (default
  *   `ledgered`).
+ * - JT_SIGNAL_KINDS: more kinds, comma-separated (default none), whose
+ *   handler records its start, then waits until its `job.signal` aborts
+ *   and returns normally (ignoring `ms`).
+ * - JT_POLL_MS: the driver's `pollIntervalMs` (default the driver's own).
  *
- * Each kind records its start, then waits `ms` milliseconds.
+ * Each kind of JT_KINDS records its start, then waits `ms` milliseconds.
  * Prints `ready <runner id>` once started; SIGTERM closes the runner.
  */
 import { randomUUID } from 'node:crypto'
@@ -47,6 +51,7 @@ if (backend === 'postgres') {
     connectionString: url,
     schema,
     leaseMs: Number(process.env['JT_LEASE_MS'] ?? 30_000),
+    ...(process.env['JT_POLL_MS'] ? { pollIntervalMs: Number(process.env['JT_POLL_MS']) } : {}),
     ...(process.env['JT_SWEEP_MS'] ? { sweepIntervalMs: Number(process.env['JT_SWEEP_MS']) } : {}),
   })
   const ledger = new pg.Pool({ connectionString: url, max: 4 })
@@ -66,7 +71,11 @@ if (backend === 'postgres') {
     }
   }
 } else {
-  driver = sqlite({ path: env('JT_SQLITE_PATH'), sweepIntervalMs: Number(process.env['JT_SWEEP_MS'] ?? 5_000) })
+  driver = sqlite({
+    path: env('JT_SQLITE_PATH'),
+    sweepIntervalMs: Number(process.env['JT_SWEEP_MS'] ?? 5_000),
+    ...(process.env['JT_POLL_MS'] ? { pollIntervalMs: Number(process.env['JT_POLL_MS']) } : {}),
+  })
   const ledger = new Database(`${env('JT_LEDGER')}-${process.pid}.db`)
   ledger.pragma('journal_mode = WAL')
   ledger.exec('CREATE TABLE IF NOT EXISTS ledger (job_id TEXT NOT NULL, token TEXT NOT NULL)')
@@ -77,12 +86,26 @@ if (backend === 'postgres') {
 const runner = new Runner({ driver, workers, logger })
 // JT_KINDS: the kinds this process has handlers for (default `ledgered`); a
 // rolling deploy runs processes of an older set beside a newer one.
+// JT_CONCURRENCY: a limit on each of those kinds' running jobs across every process.
+const concurrency = process.env['JT_CONCURRENCY'] ? { concurrency: Number(process.env['JT_CONCURRENCY']) } : {}
 for (const kind of (process.env['JT_KINDS'] ?? 'ledgered').split(',')) {
   runner.register(kind, {
+    ...concurrency,
     payload: z.strictObject({ ms: z.number().int() }),
     handler: async ({ ms }, job) => {
       await record(job.id)
       if (ms > 0) await new Promise((r) => setTimeout(r, ms))
+    },
+  })
+}
+// JT_SIGNAL_KINDS: kinds whose handler ends only when its signal aborts (a cancellation, or stop()).
+for (const kind of (process.env['JT_SIGNAL_KINDS'] ?? '').split(',').filter((k) => k !== '')) {
+  runner.register(kind, {
+    payload: z.strictObject({ ms: z.number().int() }),
+    handler: async (_payload, job) => {
+      await record(job.id)
+      const { signal } = job
+      if (!signal.aborted) await new Promise<void>((resolve) => signal.addEventListener('abort', () => resolve(), { once: true }))
     },
   })
 }
