@@ -59,6 +59,8 @@ export function queries(s: string) {
      *
      * (The Filter re-checks status on the row LockRows returned: a row
      * another claimer changed since the index entry was read is skipped.)
+     * started_at is never before the job's due time: the clock reading sent
+     * may trail the promotion another process made.
      */
     claimJobs: `
       WITH next AS (
@@ -66,7 +68,7 @@ export function queries(s: string) {
          ORDER BY priority DESC, seq LIMIT $1 FOR UPDATE SKIP LOCKED
       )
       UPDATE ${s}.jobs AS j
-         SET status = 'running', attempt = j.attempt + 1, runner_id = $2, started_at = $3, updated_at = $3
+         SET status = 'running', attempt = j.attempt + 1, runner_id = $2, started_at = greatest($3, j.run_at), updated_at = $3
         FROM next WHERE j.seq = next.seq
       RETURNING j.seq, j.id, j.kind, j.payload, j.attempt, j.max_attempts AS "maxAttempts", j.timeout_ms AS "timeoutMs"`,
 
@@ -85,7 +87,7 @@ export function queries(s: string) {
      */
     claimLimited: `
       UPDATE ${s}.jobs AS j
-         SET status = 'running', attempt = j.attempt + 1, runner_id = $3, started_at = $4, updated_at = $4
+         SET status = 'running', attempt = j.attempt + 1, runner_id = $3, started_at = greatest($4, j.run_at), updated_at = $4
        WHERE j.status = 'queued' AND j.seq IN (
          SELECT seq FROM (
            SELECT q.seq, q.priority,
@@ -174,7 +176,7 @@ export function queries(s: string) {
          ORDER BY priority DESC, seq LIMIT $7 FOR UPDATE SKIP LOCKED
       ), claimed AS (
         UPDATE ${s}.jobs AS j
-           SET status = 'running', attempt = j.attempt + 1, runner_id = $8, started_at = $6, updated_at = $6
+           SET status = 'running', attempt = j.attempt + 1, runner_id = $8, started_at = greatest($6, j.run_at), updated_at = $6
           FROM next WHERE j.seq = next.seq
         RETURNING j.seq, j.id, j.kind, j.payload, j.attempt, j.max_attempts, j.timeout_ms
       )

@@ -184,6 +184,9 @@ export class Enqueuer {
   }
 }
 
+/** The latest time a Date can hold, in epoch ms (and so the latest due time). */
+const MAX_TIME = 8.64e15
+
 const PRIORITY_MIN = -2_147_483_648
 const PRIORITY_MAX = 2_147_483_647
 
@@ -204,11 +207,16 @@ function dueOf(runAt: unknown, delayMs: unknown, clock: () => number): number | 
   if (runAt !== undefined && delayMs !== undefined) throw new InvalidArgumentError('give runAt or delayMs, not both')
   if (delayMs !== undefined) {
     if (typeof delayMs !== 'number' || !Number.isSafeInteger(delayMs) || delayMs < 0) throw new InvalidArgumentError('delayMs must be an integer >= 0')
-    return clock() + delayMs
+    const due = clock() + delayMs
+    if (due > MAX_TIME) throw new InvalidArgumentError('delayMs is too long: the due time would be past the last date a Date can hold')
+    return due
   }
   if (runAt === undefined) return null
   const ms = runAt instanceof Date ? runAt.getTime() : runAt
-  if (typeof ms !== 'number' || !Number.isFinite(ms)) throw new InvalidArgumentError('runAt must be a valid Date or epoch milliseconds')
+  // The range a Date can hold, so every due time reads back as a date and fits both databases' integers.
+  if (typeof ms !== 'number' || !Number.isFinite(ms) || Math.abs(ms) > MAX_TIME) {
+    throw new InvalidArgumentError('runAt must be a valid Date or epoch milliseconds within the range of a Date')
+  }
   return Math.round(ms)
 }
 

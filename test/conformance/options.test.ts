@@ -152,3 +152,24 @@ describe('the runner refuses unknown options, naming the key, and stores nothing
     expectRefusal(await thrown(() => r.stop({ timeout: 5 } as never)), 'timeout', 'invalid_argument')
   })
 })
+
+describe('due times out of the range of a Date are refused before anything is stored', () => {
+  it('runAt past the last Date, and a delayMs that would put it there', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'jobtable-options-'))
+    const runner = new Runner({ driver: sqlite({ path: join(dir, 'jobs.db') }), logger: captureLogs() })
+    try {
+      const kind = runner.register('echo', { payload: z.strictObject({ n: z.number() }), handler: () => undefined })
+      for (const options of [{ runAt: 1e20 }, { runAt: Number.MAX_VALUE }, { runAt: 8.64e15 + 1 }, { runAt: -8.64e15 - 1 }, { delayMs: Number.MAX_SAFE_INTEGER }]) {
+        const err = await thrown(() => kind.enqueue({ n: 1 }, options))
+        expect((err as JobtableError).code).toBe('invalid_argument')
+      }
+      expect((await runner.list()).jobs).toEqual([])
+      // The last date a Date holds is still a due time.
+      await kind.enqueue({ n: 1 }, { runAt: 8.64e15 })
+      expect((await runner.list()).jobs.map((j) => j.runAt)).toEqual([8.64e15])
+    } finally {
+      await runner.close()
+      rmSync(dir, { recursive: true, force: true })
+    }
+  })
+})
