@@ -6,9 +6,9 @@
 export { Runner, jobStartChannel, jobEndChannel, claimErrorChannel } from './runner/runner.js'
 export type { RunnerOptions, StopOptions, Kind, TxOf, TxResult, JobEvent, EnqueueOptions, ListOptions, JobPage } from './runner/runner.js'
 export { defineKind } from './kind.js'
-export type { JobContext, KindDefinition, KindDef, KindOptions, Handler } from './kind.js'
+export type { JobContext, KindDefinition, KindDef, KindOptions, Handler, RetryOptions, KindLimit } from './kind.js'
 export type { Logger } from './logger.js'
-export type { Driver, DriverCapabilities, LivenessCapability, NewJob, ClaimedJob, ClaimParams, FinishAndClaimParams, FinishAndClaimResult, JobFinish, JobRow, JobListParams } from './driver.js'
+export type { CancelResult, WakeReason, Driver, DriverCapabilities, LivenessCapability, NewJob, ClaimedJob, ClaimParams, FinishAndClaimParams, FinishAndClaimResult, JobFinish, JobRow, JobListParams } from './driver.js'
 export {
   type Job,
   type JobStatus,
@@ -17,6 +17,7 @@ export {
   CODE_INTERNAL,
   CODE_INTERRUPTED,
   CODE_UNKNOWN_KIND,
+  CODE_TIMEOUT,
   FAILURE_CODE_PATTERN,
   FINAL_WRITE_TIMEOUT_MS,
   RETRY_MIN_MS,
@@ -38,5 +39,6 @@ export {
   DatabaseError,
   SchemaVersionError,
   JobFailure,
+  JobSnooze,
   type PayloadIssue,
 } from './errors.js'

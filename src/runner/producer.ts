@@ -48,6 +48,8 @@ export interface ProducerOptions {
   readonly onFatal: (err: unknown) => void
   /** How long after a job's deadline its handler is waited for before the job is recorded as timed out. */
   readonly timeoutGraceMs: number
+  /** Told the due time of a job this runner sent back to the queue (a retry, a snooze), so it runs then, not at the next poll. */
+  readonly scheduled: (due: number) => void
 }
 
 /**
@@ -69,6 +71,7 @@ export class Producer implements Piggyback {
   readonly #clock: () => number
   readonly #onFatal: (err: unknown) => void
   readonly #timeoutGraceMs: number
+  readonly #scheduled: (due: number) => void
   readonly #stopping = new AbortController()
   readonly #completer: Completer
   readonly #executions = new Map<string, Execution>()
@@ -96,6 +99,7 @@ export class Producer implements Piggyback {
     this.#clock = options.clock
     this.#onFatal = options.onFatal
     this.#timeoutGraceMs = options.timeoutGraceMs
+    this.#scheduled = options.scheduled
     this.#idle = options.workers
     this.#completer = new Completer(options.driver, options.logger, options.clock, this.#stopping.signal, this)
   }
@@ -423,6 +427,7 @@ export class Producer implements Piggyback {
     const outcome = await this.#completer.finish({ id: job.id, attempt: job.attempt, ...end }, job.kind, lingering === undefined)
     // A write given up leaves the job running under this runner: still held, so a lost-claim recovery never queues it again.
     if (outcome !== 'given_up') this.#gate.held.delete(job.id)
+    if (outcome === 'applied' && end.status === 'retry' && end.runAt !== null) this.#scheduled(end.runAt)
     if (jobEndChannel.hasSubscribers) {
       jobEndChannel.publish({ runnerId: this.#runnerId, jobId: job.id, kind: job.kind, status: end.status, error: end.error })
     }

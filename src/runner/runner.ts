@@ -284,6 +284,7 @@ export class Runner<D extends Driver = Driver> {
       clock: this.#clock,
       onFatal: (err) => this.#fail(err),
       timeoutGraceMs: this.#timeoutGraceMs,
+      scheduled: (due) => this.#maintenance?.scheduler.noteDue(due),
     })
     maintenance.start()
     this.#unwake = this.#driver.onWake?.((what) => {
