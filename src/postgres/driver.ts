@@ -279,9 +279,16 @@ export class PostgresDriver implements Driver<PgQueryable, false> {
 
   async jobCancel({ id, scope, now }: { id: string; scope?: string | null; now: number }): Promise<CancelResult> {
     const scoped = [scope === undefined, scope ?? null]
-    if (((await this.#query('cancel job', this.#q.cancelWaiting, [id, now, ...scoped])).rowCount ?? 0) > 0) return 'cancelled'
-    if ((await this.#query('cancel job', this.#q.requestCancel, [id, now, ...scoped, `${this.schema}:cancel`])).rows.length > 0) return 'requested'
-    return (await this.jobGet({ id, scope })) === undefined ? 'missing' : 'terminal'
+    for (;;) {
+      if (((await this.#query('cancel job', this.#q.cancelWaiting, [id, now, ...scoped])).rowCount ?? 0) > 0) return 'cancelled'
+      if ((await this.#query('cancel job', this.#q.requestCancel, [id, now, ...scoped, `${this.schema}:cancel`])).rows.length > 0) return 'requested'
+      const job = await this.jobGet({ id, scope })
+      if (job === undefined) return 'missing'
+      // Three statements, not one transaction: a job that moved between them (a running one sent back
+      // to the queue by its retry write, or released) has not finished, and answering 'terminal' would
+      // leave it to run again. Try again (test/postgres/cancel-race.test.ts).
+      if (job.status !== 'queued' && job.status !== 'scheduled' && job.status !== 'running') return 'terminal'
+    }
   }
 
   async jobCancelRequested({ runnerId }: { runnerId: string }): Promise<string[]> {
