@@ -44,6 +44,13 @@ const logger = { debug() {}, info() {}, warn: line('warn'), error: line('error')
 
 let driver: Driver
 let record: (jobId: string) => Promise<void>
+/**
+ * With JT_CONCURRENCY: records, at a handler's start, how many jobs of its
+ * kind the database holds running then (its own included), in a table
+ * `seen (job_id, running)` (PostgreSQL: `<schema>.seen`, made by the test;
+ * SQLite: this process's ledger file). A limit broken for a moment shows.
+ */
+let recordRunning: (jobId: string, kind: string) => Promise<void> = async () => undefined
 if (backend === 'postgres') {
   const url = env('JT_PG_URL')
   const schema = env('JT_SCHEMA')
@@ -56,6 +63,12 @@ if (backend === 'postgres') {
   })
   const ledger = new pg.Pool({ connectionString: url, max: 4 })
   ledger.on('error', () => undefined)
+  recordRunning = async (jobId, kind) => {
+    await ledger.query(
+      `INSERT INTO "${schema}".seen (job_id, running) SELECT $1, count(*) FROM "${schema}".jobs WHERE status = 'running' AND kind = $2`,
+      [jobId, kind],
+    )
+  }
   record = async (jobId) => {
     // One token per start: a retried insert of this start is deduplicated,
     // a second start of the job is not. Retried until it lands, so a
@@ -81,6 +94,12 @@ if (backend === 'postgres') {
   ledger.exec('CREATE TABLE IF NOT EXISTS ledger (job_id TEXT NOT NULL, token TEXT NOT NULL)')
   const insert = ledger.prepare('INSERT INTO ledger (job_id, token) VALUES (?, ?)')
   record = async (jobId) => void insert.run(jobId, randomUUID())
+  ledger.exec('CREATE TABLE IF NOT EXISTS seen (job_id TEXT NOT NULL, running INTEGER NOT NULL)')
+  const jobs = new Database(env('JT_SQLITE_PATH'), { readonly: true })
+  jobs.pragma('busy_timeout = 5000')
+  const count = jobs.prepare(`SELECT count(*) AS n FROM jobtable_jobs WHERE status = 'running' AND kind = ?`)
+  const seen = ledger.prepare('INSERT INTO seen (job_id, running) VALUES (?, ?)')
+  recordRunning = async (jobId, kind) => void seen.run(jobId, (count.get(kind) as { n: number }).n)
 }
 
 const runner = new Runner({ driver, workers, logger })
@@ -94,6 +113,7 @@ for (const kind of (process.env['JT_KINDS'] ?? 'ledgered').split(',')) {
     payload: z.strictObject({ ms: z.number().int() }),
     handler: async ({ ms }, job) => {
       await record(job.id)
+      if (process.env['JT_CONCURRENCY']) await recordRunning(job.id, job.kind)
       if (ms > 0) await new Promise((r) => setTimeout(r, ms))
     },
   })
