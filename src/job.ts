@@ -1,7 +1,9 @@
 /**
  * The state of a job. A job moves (scheduled →) queued → running →
- * succeeded or failed. `scheduled`: enqueued with a due time still to
- * come. `cancelled` is reserved for cancellation, which later work adds.
+ * succeeded, failed or cancelled. `scheduled`: enqueued with a due time
+ * still to come (or sent back for a retry or a snooze). `cancelled`: by
+ * `runner.cancel`, at once when not yet started, or when its handler
+ * returned after the request.
  */
 export type JobStatus = 'scheduled' | 'queued' | 'running' | 'succeeded' | 'failed' | 'cancelled'
 

@@ -10,7 +10,7 @@ import { Completer, type Piggyback } from './completer.js'
 
 /** Published when a handler starts: `{ runnerId, jobId, kind }`. */
 export const jobStartChannel = diagnostics.channel('jobtable:job:start')
-/** Published when a job's final write has landed or been given up: `{ runnerId, jobId, kind, status, error }`. */
+/** Published when a job's final write has landed or been given up: `{ runnerId, jobId, kind, status, error }`, status one of succeeded, failed, cancelled, or retry (back to the queue: a retry or a snooze). */
 export const jobEndChannel = diagnostics.channel('jobtable:job:end')
 /** Published when a claim fails: `{ runnerId, error, transient }`. */
 export const claimErrorChannel = diagnostics.channel('jobtable:claim:error')
@@ -361,7 +361,7 @@ export class Producer implements Piggyback {
       // Whatever the handler did, the final write records the job cancelled (keeping a result it returned).
       this.#logger.info(fields, 'job cancelled')
       const result = 'result' in outcome ? outcome.result : null
-      return this.#finish(execution, { status: 'failed', result, error: null, runAt: null, grant: 0 })
+      return this.#finish(execution, { status: 'failed', result, error: null, runAt: null, grant: 0 }, 'cancelled')
     }
     if ('result' in outcome) {
       this.#logger.debug(fields, 'job succeeded')
@@ -422,14 +422,15 @@ export class Producer implements Piggyback {
     return { code: CODE_TIMEOUT, reason: 'deadline passed' }
   }
 
-  async #finish({ job, lingering }: Execution, end: Omit<JobFinish, 'id' | 'attempt'>): Promise<void> {
+  /** Makes the final write; `reported` is the status the end channel tells (a cancelled job's write reads its request in the database). */
+  async #finish({ job, lingering }: Execution, end: Omit<JobFinish, 'id' | 'attempt'>, reported: string = end.status): Promise<void> {
     // A handler still running past its deadline keeps its slot (see #start): its final write claims nothing for it.
     const outcome = await this.#completer.finish({ id: job.id, attempt: job.attempt, ...end }, job.kind, lingering === undefined)
     // A write given up leaves the job running under this runner: still held, so a lost-claim recovery never queues it again.
     if (outcome !== 'given_up') this.#gate.held.delete(job.id)
     if (outcome === 'applied' && end.status === 'retry' && end.runAt !== null) this.#scheduled(end.runAt)
     if (jobEndChannel.hasSubscribers) {
-      jobEndChannel.publish({ runnerId: this.#runnerId, jobId: job.id, kind: job.kind, status: end.status, error: end.error })
+      jobEndChannel.publish({ runnerId: this.#runnerId, jobId: job.id, kind: job.kind, status: reported, error: end.error })
     }
   }
 }
