@@ -152,6 +152,14 @@ async function countByStatus(client: pg.Client): Promise<Record<string, number>>
   return Object.fromEntries(rows.map((r) => [r.status, Number(r.n)]))
 }
 
+/** Jobs per kind, then per status. */
+async function countByKindAndStatus(client: pg.Client): Promise<Record<string, Record<string, number>>> {
+  const { rows } = await client.query<{ kind: string; status: string; n: string }>(`SELECT kind, status, count(*) AS n FROM jobs GROUP BY kind, status`)
+  const out: Record<string, Record<string, number>> = {}
+  for (const r of rows) (out[r.kind] ??= {})[r.status] = Number(r.n)
+  return out
+}
+
 /** Inserts `jobs` queued jobs in one statement, ids from newJobId, in seq order of the array. */
 async function seedQueued(client: pg.Client, jobs: number): Promise<void> {
   const now = Date.now()
@@ -198,6 +206,14 @@ async function pgStore(): Promise<Store> {
       const client = await connect(schema)
       try {
         return await countByStatus(client)
+      } finally {
+        await client.end()
+      }
+    },
+    async countByKindAndStatus() {
+      const client = await connect(schema)
+      try {
+        return await countByKindAndStatus(client)
       } finally {
         await client.end()
       }

@@ -55,6 +55,14 @@ function sqliteStore(sync: Sync): Store {
         db.close()
       }
     },
+    async countByKindAndStatus() {
+      const db = floor.openFloorDb(path, sync)
+      try {
+        return floor.countByKindAndStatus(db)
+      } finally {
+        db.close()
+      }
+    },
     async drop() {
       for (const d of opened) await d.close().catch(() => undefined)
       rmSync(dir, { recursive: true, force: true })

@@ -61,6 +61,8 @@ export interface Store {
   seedScheduled(rows: number, delayMs: number): Promise<void>
   /** How many jobs the store holds in each status, read with raw SQL. */
   countByStatus(): Promise<Record<string, number>>
+  /** How many jobs of each kind the store holds in each status (kind, then status), read with raw SQL. */
+  countByKindAndStatus(): Promise<Record<string, Record<string, number>>>
   drop(): Promise<void>
 }
 

@@ -99,6 +99,14 @@ export function countByStatus(db: Database.Database): Record<string, number> {
   return Object.fromEntries(rows.map((r) => [r.status, r.n]))
 }
 
+/** Jobs per kind, then per status. */
+export function countByKindAndStatus(db: Database.Database): Record<string, Record<string, number>> {
+  const rows = db.prepare(`SELECT kind, status, count(*) AS n FROM jobtable_jobs GROUP BY kind, status`).all() as { kind: string; status: string; n: number }[]
+  const out: Record<string, Record<string, number>> = {}
+  for (const r of rows) (out[r.kind] ??= {})[r.status] = r.n
+  return out
+}
+
 const CLAIM_ONE = `
   UPDATE jobtable_jobs SET status = 'running', attempt = attempt + 1, runner_id = 'floor', started_at = @now, updated_at = @now
    WHERE seq = (SELECT seq FROM jobtable_jobs WHERE status = 'queued' ORDER BY seq LIMIT 1)

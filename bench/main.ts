@@ -2,7 +2,7 @@
  * jobtable benchmarks: `npm run bench -- [options]`.
  *
  *   --backend sqlite|postgres   default: both (postgres is skipped, saying why, when unavailable)
- *   --workload NAME[,NAME]      drain, enqueue, latency, mixed, scale, scheduled; default all but scale and scheduled
+ *   --workload NAME[,NAME]      drain, enqueue, latency, mixed, scale, scheduled, limited; default all but scale, scheduled and limited
  *   --jobs N                    jobs per throughput workload, default 20000
  *   --workers N                 runner workers, default 10
  *   --samples N                 latency samples, default 2000
@@ -38,7 +38,7 @@ import { sqliteBackend } from './backend-sqlite.js'
 import { profileLabel } from './profiler.js'
 import * as work from './workloads.js'
 
-const WORKLOADS = ['drain', 'enqueue', 'latency', 'mixed', 'scale', 'scheduled'] as const
+const WORKLOADS = ['drain', 'enqueue', 'latency', 'mixed', 'scale', 'scheduled', 'limited'] as const
 type Workload = (typeof WORKLOADS)[number]
 
 interface Options {
@@ -125,7 +125,7 @@ function parseArgs(argv: string[]): Options {
 
 function usage(problem?: string): never {
   if (problem) console.error(problem)
-  console.error('usage: npm run bench -- [--backend sqlite|postgres] [--workload drain|enqueue|latency|mixed|scale|scheduled|all] [--jobs N] [--workers N]')
+  console.error('usage: npm run bench -- [--backend sqlite|postgres] [--workload drain|enqueue|latency|mixed|scale|scheduled|limited|all] [--jobs N] [--workers N]')
   console.error('       [--samples N] [--scale-rows N] [--scheduled-rows N] [--repeat N] [--sync normal|full|both] [--no-floor] [--profile DIR]')
   process.exit(problem ? 2 : 0)
 }
@@ -148,6 +148,8 @@ function target(r: Omit<Result, 'target' | 'target_met'>): { target: string; tar
     'postgres scale': { target: '>= 0.9 x empty, rss <= 200 MB', met: scaleMet },
     'sqlite scheduled': { target: '>= 0.9x empty', met: scheduledMet },
     'postgres scheduled': { target: '>= 0.9x empty', met: scheduledMet },
+    'sqlite limited': { target: '>= 0.8x alone', met: limitedMet },
+    'postgres limited': { target: '>= 0.8x alone', met: limitedMet },
   }
   const at = (key: string): Check | undefined => targets[key]
   const t = at(`${r.backend} ${r.workload}${r.mode ? `/${r.mode}` : ''}`)
@@ -163,6 +165,12 @@ function scaleMet(r: Omit<Result, 'target' | 'target_met'>): boolean {
 function scheduledMet(r: Omit<Result, 'target' | 'target_met'>): boolean {
   const ratio = r.extra?.['ratio_to_empty']
   return typeof ratio === 'number' && ratio >= 0.9
+}
+
+/** The unlimited kind drains beside a backlog of a kind at its concurrency limit at least 80% as fast as alone. */
+function limitedMet(r: Omit<Result, 'target' | 'target_met'>): boolean {
+  const ratio = r.extra?.['ratio_to_alone']
+  return typeof ratio === 'number' && ratio >= 0.8
 }
 
 /** One library measurement with the floors measured beside it (NaN where none). */
@@ -259,6 +267,17 @@ async function runUnit(unit: Unit, o: Options): Promise<void> {
           )
         }
         round.push({ m, floor: { single: Number.NaN, batched: Number.NaN, shaped }, ...(extra ? { extra } : {}) })
+        break
+      }
+      case 'limited': {
+        // No floor: the question is the library's own claim with and without a limited backlog,
+        // and the ratio between the two says it.
+        const stores = [await backend.store(), await backend.store(), await backend.store(), await backend.store()] as const
+        try {
+          round.push({ m: await work.limited(...stores, o.jobs, o.workers), floor: noFloor })
+        } finally {
+          for (const s of stores) await s.drop()
+        }
         break
       }
     }
@@ -385,8 +404,9 @@ async function main(): Promise<void> {
     }
     for (const workload of o.workloads) {
       if (backend === 'sqlite') {
-        // Scale and scheduled are about table size, not fsync: run them at the default setting only.
-        for (const sync of workload === 'scale' || workload === 'scheduled' ? (['normal'] as const) : o.syncs) units.push({ backend, sync, workload })
+        // Scale and scheduled are about table size and limited about the claim, not fsync: run them at the default setting only.
+        const defaultOnly = workload === 'scale' || workload === 'scheduled' || workload === 'limited'
+        for (const sync of defaultOnly ? (['normal'] as const) : o.syncs) units.push({ backend, sync, workload })
       } else units.push({ backend, sync: 'normal', workload })
     }
   }

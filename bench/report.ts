@@ -15,7 +15,8 @@ import { round } from './stats.js'
  *   cycle's final writes and a claim of `workers`; enqueue: 1, 16 or 1,000
  *   inserts per transaction for sequential, concurrent, many), run straight
  *   through better-sqlite3 or pg: the ratio to it ("x shape") is what the
- *   library's JavaScript costs. Only drain, enqueue, scale and scheduled have one.
+ *   library's JavaScript costs. Only drain, enqueue, scale and scheduled have one
+ *   (limited has none: its ratio is to the same drain without the limited kind).
  */
 export interface Result {
   readonly backend: string

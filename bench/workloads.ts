@@ -1,4 +1,5 @@
 import diagnostics from 'node:diagnostics_channel'
+import { setTimeout as sleep } from 'node:timers/promises'
 import type { StandardSchemaV1 } from '@standard-schema/spec'
 import { Runner, jobEndChannel, jobStartChannel, type Driver, type JobEvent, type Kind, type Logger } from 'jobtable'
 import { SCHEDULED_DELAY_MS, type Store } from './backend.js'
@@ -37,6 +38,9 @@ const anyPayload: StandardSchemaV1<Payload> = {
   '~standard': { version: 1, vendor: 'jobtable-bench', validate: (value) => ({ value: value as Payload }) },
 }
 
+/** The kind every workload drains: a handler that returns at once. */
+const NOOP = 'noop'
+
 /** Warnings and errors to stderr, so stdout keeps only the table and the JSON lines. */
 const quietLogger: Logger = {
   debug() {},
@@ -45,7 +49,10 @@ const quietLogger: Logger = {
   error: (fields, message) => console.error('error', message, JSON.stringify(fields)),
 }
 
-/** A runner with one no-op kind, and a record of when each of its jobs started and ended. */
+/**
+ * A runner with one no-op kind, and a record of when each of that kind's
+ * jobs started and ended (jobs of kinds `setup` registers are not recorded).
+ */
 class Harness {
   readonly runner: Runner<Driver>
   readonly kind: Kind<Payload, Driver>
@@ -55,7 +62,7 @@ class Harness {
   #startWaiters = new Map<string, () => void>()
   #onStart = (msg: unknown): void => {
     const e = msg as JobEvent
-    if (e.runnerId !== this.runner.id) return
+    if (e.runnerId !== this.runner.id || e.kind !== NOOP) return
     this.started.set(e.jobId, performance.now())
     const w = this.#startWaiters.get(e.jobId)
     if (w) {
@@ -65,7 +72,7 @@ class Harness {
   }
   #onEnd = (msg: unknown): void => {
     const e = msg as JobEvent
-    if (e.runnerId !== this.runner.id) return
+    if (e.runnerId !== this.runner.id || e.kind !== NOOP) return
     this.ended.set(e.jobId, performance.now())
     this.#waiters = this.#waiters.filter((w) => {
       if (this.ended.size < w.count) return true
@@ -74,9 +81,11 @@ class Harness {
     })
   }
 
-  constructor(driver: Driver, workers: number) {
+  /** `setup` registers other kinds first (the limited workload's). */
+  constructor(driver: Driver, workers: number, setup?: (runner: Runner<Driver>) => void) {
     this.runner = new Runner({ driver, workers, logger: quietLogger })
-    this.kind = this.runner.register('noop', { payload: anyPayload, handler: () => null })
+    setup?.(this.runner)
+    this.kind = this.runner.register(NOOP, { payload: anyPayload, handler: () => null })
     diagnostics.subscribe(jobStartChannel.name, this.#onStart)
     diagnostics.subscribe(jobEndChannel.name, this.#onEnd)
   }
@@ -365,5 +374,154 @@ export async function scheduled(warmStore: Store, emptyStore: Store, bigStore: S
       succeeded,
       still_scheduled: stillScheduled,
     },
+  }
+}
+
+/** The limited workload's cap: at most this many of its limited kind's jobs run at once. */
+export const LIMITED_CONCURRENCY = 2
+/** The limited workload stops its runner with this timeout: the limited handlers take about 1 ms. */
+const LIMITED_STOP_TIMEOUT_MS = 1_000
+/**
+ * How long the limited workload's runner goes on after the last no-op job
+ * ended, before it is stopped: the limited kind runs alone meanwhile, so
+ * its cap is checked on jobs that ran even if none ran in the window.
+ */
+const LIMITED_TAIL_MS = 1_000
+
+/**
+ * A kind at its concurrency limit must not hold back the others. After a
+ * warm-up drain on a table of its own (not counted), drains `jobs` of the
+ * no-op kind alone, as `drain` does; then, on a fresh table, enqueues
+ * `jobs` of a kind limited to LIMITED_CONCURRENCY whose handler awaits a
+ * 1 ms timer, first (older, so they sit at the head of the queue), then
+ * `jobs` of the no-op kind, and times the runner from start until every
+ * no-op job has ended, the limited ones running meanwhile at their own
+ * pace; then the no-op kind alone once more on a fresh table. The runner
+ * goes on for LIMITED_TAIL_MS after the no-op jobs are done, the limited
+ * kind running alone, and is then stopped with a short timeout, with the
+ * limited backlog mostly still queued. Fails unless at most
+ * LIMITED_CONCURRENCY limited handlers were ever running at once (counted
+ * in the handler) and the table holds every no-op job succeeded and every
+ * limited one succeeded or still queued. Reports the no-op kind's rate
+ * beside the limited backlog and its ratio to the mean of the two drains
+ * alone around it, and the largest RSS across all four drains.
+ */
+export async function limited(warmStore: Store, aloneStore: Store, limitedStore: Store, aloneAfterStore: Store, jobs: number, workers: number): Promise<Measurement> {
+  const rss = new RssSampler()
+  // Not counted: the JIT warms up on it, so the drains compared below all run warm.
+  await drain(warmStore, jobs, workers, 'warm-up')
+  const before = await drain(aloneStore, jobs, workers, 'alone')
+  const m = await drainBesideLimited(limitedStore, jobs, workers)
+  const after = await drain(aloneAfterStore, jobs, workers, 'alone-after')
+  const rssMb = Math.max(rss.maxMb, before.rss_mb, m.rss_mb, after.rss_mb)
+  rss.stop()
+  const aloneRate = (before.jobs_per_s + after.jobs_per_s) / 2
+  const aloneCpu = (before.cpu_us_per_job + after.cpu_us_per_job) / 2
+  const x = m.extra as Record<string, number>
+  // Each repeat's own figures (the table shows medians taken column by column).
+  console.error(
+    `bench: limited: ${Math.round(m.jobs_per_s)}/s beside ${jobs} limited to ${LIMITED_CONCURRENCY}; alone ${Math.round(before.jobs_per_s)}/s before, ${Math.round(after.jobs_per_s)}/s after; ` +
+      `ratio ${(m.jobs_per_s / aloneRate).toFixed(3)} (cpu ${(aloneCpu / m.cpu_us_per_job).toFixed(3)}); limited: at most ${x['limited_max_running']} running at once, ` +
+      `${x['limited_done_in_window']} done in the window (${Math.round(x['limited_jobs_per_s'] ?? Number.NaN)}/s), ${Math.round(x['limited_tail_jobs_per_s'] ?? Number.NaN)}/s alone after it, ${x['limited_succeeded']} succeeded and ${x['limited_queued']} queued after stop (${Math.round(x['stop_ms'] ?? Number.NaN)} ms)`,
+  )
+  return {
+    ...m,
+    rss_mb: rssMb,
+    extra: {
+      alone_jobs_per_s: aloneRate,
+      alone_before_jobs_per_s: before.jobs_per_s,
+      alone_after_jobs_per_s: after.jobs_per_s,
+      ratio_to_alone: m.jobs_per_s / aloneRate,
+      alone_cpu_us_per_job: aloneCpu,
+      /**
+       * CPU per job alone over CPU per no-op job beside the limited kind;
+       * the latter includes the limited jobs run in the window, so this
+       * sits below 1 even at no cost to the claim.
+       */
+      cpu_ratio_to_alone: aloneCpu / m.cpu_us_per_job,
+      ...x,
+    },
+  }
+}
+
+/** The limited workload's timed section (see `limited`). */
+async function drainBesideLimited(store: Store, jobs: number, workers: number): Promise<Measurement> {
+  let running = 0
+  let maxRunning = 0
+  let limitedDone = 0
+  let limitedKind: Kind<Payload, Driver> | undefined
+  const h = new Harness(store.driver(), workers, (runner) => {
+    limitedKind = runner.register('limited', {
+      payload: anyPayload,
+      concurrency: LIMITED_CONCURRENCY,
+      handler: async () => {
+        running++
+        if (running > maxRunning) maxRunning = running
+        try {
+          await sleep(1)
+        } finally {
+          running--
+          limitedDone++
+        }
+        return null
+      },
+    })
+  })
+  try {
+    const lk = limitedKind as Kind<Payload, Driver>
+    // The limited jobs first, so they are older and sit ahead of the no-op ones.
+    for (let i = 0; i < jobs; i += 1000) await lk.enqueueMany(Array.from({ length: Math.min(1000, jobs - i) }, (_, j) => ({ n: i + j })))
+    for (let i = 0; i < jobs; i += 1000) await h.kind.enqueueMany(Array.from({ length: Math.min(1000, jobs - i) }, (_, j) => ({ n: i + j })))
+    const rss = new RssSampler()
+    await profileStart()
+    const cpu0 = process.cpuUsage()
+    const t0 = performance.now()
+    await h.runner.start()
+    await h.untilEnded(jobs)
+    const elapsed = performance.now() - t0
+    const cpuUs = cpuSince(cpu0)
+    const doneInWindow = limitedDone
+    await profileStop('beside-limited')
+    await sleep(LIMITED_TAIL_MS)
+    const doneInTail = limitedDone - doneInWindow
+    const rssMb = rss.maxMb
+    rss.stop()
+    const stopStart = performance.now()
+    await h.runner.stop({ timeoutMs: LIMITED_STOP_TIMEOUT_MS })
+    const stopMs = performance.now() - stopStart
+    if (maxRunning > LIMITED_CONCURRENCY) throw new Error(`limited: ${maxRunning} limited handlers ran at once, over the limit of ${LIMITED_CONCURRENCY}`)
+    if (h.ended.size !== jobs) throw new Error(`limited: expected ${jobs} no-op jobs ended, saw ${h.ended.size}`)
+    // The handlers counted their own ends; this reads the table.
+    const counts = await store.countByKindAndStatus()
+    const noop = counts[NOOP] ?? {}
+    const lim = counts['limited'] ?? {}
+    const total = (c: Record<string, number>): number => Object.values(c).reduce((a, b) => a + b, 0)
+    if ((noop['succeeded'] ?? 0) !== jobs || total(noop) !== jobs) throw new Error(`limited: expected ${jobs} no-op jobs succeeded, found ${JSON.stringify(noop)}`)
+    const limSucceeded = lim['succeeded'] ?? 0
+    const limQueued = lim['queued'] ?? 0
+    if (limSucceeded + limQueued !== jobs || total(lim) !== jobs) throw new Error(`limited: expected ${jobs} limited jobs succeeded or queued after stop, found ${JSON.stringify(lim)}`)
+    const times = h.runTimes()
+    return {
+      jobs,
+      jobs_per_s: jobs / (elapsed / 1000),
+      p50_ms: percentile(times, 50),
+      p99_ms: percentile(times, 99),
+      rss_mb: rssMb,
+      cpu_us_per_job: cpuUs / jobs,
+      extra: {
+        limited_jobs: jobs,
+        limited_concurrency: LIMITED_CONCURRENCY,
+        limited_max_running: maxRunning,
+        limited_done_in_window: doneInWindow,
+        limited_jobs_per_s: doneInWindow / (elapsed / 1000),
+        /** The limited kind's rate alone, in the LIMITED_TAIL_MS after the last no-op job ended. */
+        limited_tail_jobs_per_s: doneInTail / (LIMITED_TAIL_MS / 1000),
+        limited_succeeded: limSucceeded,
+        limited_queued: limQueued,
+        stop_ms: stopMs,
+      },
+    }
+  } finally {
+    await h.close()
   }
 }
