@@ -295,8 +295,6 @@ export class Producer implements Piggyback {
         this.#logger.error({ job_id: job.id, kind: job.kind, code: CODE_INTERNAL }, 'unexpected error running a job')
         return this.#finish(execution, { status: 'failed', result: null, error: CODE_INTERNAL, runAt: null, grant: 0 })
       })
-      // A handler recorded as timed out keeps its slot until it returns.
-      .then(() => execution.lingering)
       .finally(() => {
         this.#executions.delete(job.id)
         this.#idle++
@@ -353,6 +351,18 @@ export class Producer implements Piggyback {
     }
     const outcome = await this.#runBounded(execution, kind, ctx, () => (settled = true))
     settled = true
+    try {
+      await this.#record(execution, kind, outcome)
+    } finally {
+      // A handler recorded as timed out keeps its worker slot until it returns (see #runBounded).
+      if (execution.lingering !== undefined) await execution.lingering
+    }
+  }
+
+  /** Makes the final write an outcome calls for. */
+  async #record(execution: Execution, kind: RegisteredKind, outcome: Outcome): Promise<void> {
+    const { job } = execution
+    const fields = { job_id: job.id, kind: job.kind }
     if (execution.abandoned) {
       this.#logger.warn(fields, 'job ended after stop stopped waiting for it; not recorded, it fails as interrupted')
       return
@@ -395,9 +405,14 @@ export class Producer implements Piggyback {
    * returns: the runner never runs more than `workers` handlers at once.
    */
   async #runBounded(execution: Execution, kind: RegisteredKind, ctx: JobContext<unknown>, expired: () => void): Promise<Outcome> {
-    const running = kind.run(execution.job.payload, ctx).finally(() => (execution.returned = true))
     const timeoutMs = execution.job.timeoutMs
-    if (timeoutMs === null) return running
+    if (timeoutMs === null) {
+      // No deadline: no promise beyond the handler's own (this is the hot path).
+      const outcome = await kind.run(execution.job.payload, ctx)
+      execution.returned = true
+      return outcome
+    }
+    const running = kind.run(execution.job.payload, ctx).finally(() => (execution.returned = true))
     let deadline: NodeJS.Timeout | undefined
     let grace: NodeJS.Timeout | undefined
     let passed = false
