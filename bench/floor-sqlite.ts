@@ -109,11 +109,11 @@ export function countByKindAndStatus(db: Database.Database): Record<string, Reco
 
 const CLAIM_ONE = `
   UPDATE jobtable_jobs SET status = 'running', attempt = attempt + 1, runner_id = 'floor', started_at = @now, updated_at = @now
-   WHERE seq = (SELECT seq FROM jobtable_jobs WHERE status = 'queued' ORDER BY seq LIMIT 1)
+   WHERE seq = (SELECT seq FROM jobtable_jobs WHERE status = 'queued' ORDER BY priority DESC, seq LIMIT 1)
   RETURNING seq, id, kind, payload, attempt`
 const CLAIM_MANY = `
   UPDATE jobtable_jobs SET status = 'running', attempt = attempt + 1, runner_id = 'floor', started_at = @now, updated_at = @now
-   WHERE seq IN (SELECT seq FROM jobtable_jobs WHERE status = 'queued' ORDER BY seq LIMIT ${BATCH})
+   WHERE seq IN (SELECT seq FROM jobtable_jobs WHERE status = 'queued' ORDER BY priority DESC, seq LIMIT ${BATCH})
   RETURNING seq, id, kind, payload, attempt`
 const FINISH_ONE = `
   UPDATE jobtable_jobs SET status = 'succeeded', result = 'null', finished_at = @now, updated_at = @now
