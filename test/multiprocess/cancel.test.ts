@@ -1,7 +1,6 @@
-import { existsSync, mkdtempSync, readdirSync, rmSync } from 'node:fs'
+import { existsSync, mkdtempSync, rmSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
-import Database from 'better-sqlite3'
 import pg from 'pg'
 import { afterEach, beforeEach, describe, expect, it } from 'vitest'
 import { z } from 'zod'
@@ -9,7 +8,7 @@ import { defineKind, Runner } from 'jobtable'
 import { postgres } from 'jobtable/postgres'
 import { sqlite } from 'jobtable/sqlite'
 import { PG_URL, postgresBackend, testSchema } from '../support/backends.js'
-import { eventually, spawnWorker, type WorkerProcess } from './processes.js'
+import { eventually, spawnWorker, type WorkerProcess, readSqlite, sqliteLedger } from './processes.js'
 
 const silent = { debug() {}, info() {}, warn() {}, error() {} }
 /** The kind the child runs: its handler records its start, then returns once its signal aborts (worker-process.ts, JT_SIGNAL_KINDS). */
@@ -35,25 +34,10 @@ describe('sqlite: a cancellation from another process reaches the child running 
     rmSync(dir, { recursive: true, force: true })
   })
 
-  const read = <R>(text: string, ...values: unknown[]): R[] => {
-    const db = new Database(path, { readonly: true })
-    try {
-      return db.prepare(text).all(...values) as R[]
-    } finally {
-      db.close()
-    }
-  }
+  const read = <R>(text: string, ...values: unknown[]): R[] => readSqlite<R>(path, text, ...values)
 
-  /** Job id → handler starts, from every child's own ledger file. */
-  const ledger = () => {
-    const starts = new Map<string, number>()
-    for (const file of readdirSync(dir).filter((f) => /^ledger-\d+\.db$/.test(f))) {
-      const db = new Database(join(dir, file), { readonly: true })
-      for (const { job_id } of db.prepare('SELECT job_id FROM ledger').all() as { job_id: string }[]) starts.set(job_id, (starts.get(job_id) ?? 0) + 1)
-      db.close()
-    }
-    return starts
-  }
+  /** Job id → handler starts, from every process's own ledger file. */
+  const ledger = () => sqliteLedger(dir)
 
   it("the test process (never started) cancels a job a child runs: the child's default poll aborts its signal, and the job ends cancelled", async () => {
     // The file is created and migrated before the child opens it; this runner is never started.

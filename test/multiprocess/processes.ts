@@ -1,4 +1,7 @@
 import { spawn, type ChildProcess } from 'node:child_process'
+import { readdirSync } from 'node:fs'
+import { join } from 'node:path'
+import Database from 'better-sqlite3'
 import { fileURLToPath } from 'node:url'
 
 const WORKER = fileURLToPath(new URL('./worker-process.ts', import.meta.url))
@@ -39,4 +42,23 @@ export function spawnWorker(env: Record<string, string>): WorkerProcess {
 /** Polls `check` until it returns true; for states only the database shows. */
 export async function eventually(check: () => Promise<boolean>, everyMs = 100): Promise<void> {
   while (!(await check())) await new Promise((r) => setTimeout(r, everyMs))
+}
+
+/** Runs a read-only query on a SQLite file, through a connection of its own, closed after. */
+export function readSqlite<R>(path: string, text: string, ...values: unknown[]): R[] {
+  const db = new Database(path, { readonly: true })
+  try {
+    return db.prepare(text).all(...values) as R[]
+  } finally {
+    db.close()
+  }
+}
+
+/** Job id → handler starts, merged from the ledger file each SQLite worker process keeps in `dir` (see worker-process.ts). */
+export function sqliteLedger(dir: string): Map<string, number> {
+  const starts = new Map<string, number>()
+  for (const file of readdirSync(dir).filter((f) => /^ledger-\d+\.db$/.test(f))) {
+    for (const { job_id } of readSqlite<{ job_id: string }>(join(dir, file), 'SELECT job_id FROM ledger')) starts.set(job_id, (starts.get(job_id) ?? 0) + 1)
+  }
+  return starts
 }

@@ -1,7 +1,6 @@
-import { mkdtempSync, readdirSync, rmSync } from 'node:fs'
+import { mkdtempSync, rmSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
-import Database from 'better-sqlite3'
 import pg from 'pg'
 import { afterEach, beforeEach, describe, expect, it } from 'vitest'
 import { z } from 'zod'
@@ -9,7 +8,7 @@ import { defineKind, Runner } from 'jobtable'
 import { postgres } from 'jobtable/postgres'
 import { sqlite } from 'jobtable/sqlite'
 import { PG_URL, postgresBackend, testSchema } from '../support/backends.js'
-import { eventually, spawnWorker, type WorkerProcess } from './processes.js'
+import { eventually, spawnWorker, type WorkerProcess, readSqlite, sqliteLedger } from './processes.js'
 
 const silent = { debug() {}, info() {}, warn() {}, error() {} }
 const payload = z.strictObject({ ms: z.number().int() })
@@ -79,25 +78,10 @@ describe('sqlite: scheduled jobs across processes on one file', () => {
     rmSync(dir, { recursive: true, force: true })
   })
 
-  const read = <R>(text: string, ...values: unknown[]): R[] => {
-    const db = new Database(path, { readonly: true })
-    try {
-      return db.prepare(text).all(...values) as R[]
-    } finally {
-      db.close()
-    }
-  }
+  const read = <R>(text: string, ...values: unknown[]): R[] => readSqlite<R>(path, text, ...values)
 
-  /** Job id → handler starts, merged from every process's own ledger file. */
-  const ledger = () => {
-    const starts = new Map<string, number>()
-    for (const file of readdirSync(dir).filter((f) => /^ledger-\d+\.db$/.test(f))) {
-      const db = new Database(join(dir, file), { readonly: true })
-      for (const { job_id } of db.prepare('SELECT job_id FROM ledger').all() as { job_id: string }[]) starts.set(job_id, (starts.get(job_id) ?? 0) + 1)
-      db.close()
-    }
-    return starts
-  }
+  /** Job id → handler starts, from every process's own ledger file. */
+  const ledger = () => sqliteLedger(dir)
 
   it('2 worker processes, 200 jobs with delayMs 200-800 from a producer: each runs exactly once, none before its run_at, all succeed', async () => {
     // The file is created and migrated before the processes open it.

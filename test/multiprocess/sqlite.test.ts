@@ -1,7 +1,6 @@
-import { mkdtempSync, readdirSync, rmSync } from 'node:fs'
+import { mkdtempSync, rmSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
-import Database from 'better-sqlite3'
 import { afterEach, beforeEach, describe, expect, it } from 'vitest'
 import { z } from 'zod'
 import { CODE_INTERRUPTED, defineKind, Runner } from 'jobtable'
@@ -9,7 +8,7 @@ import { sqlite } from 'jobtable/sqlite'
 import { FaultyDriver } from '../support/faults.js'
 import { captureLogs } from '../support/logs.js'
 import { gate, track } from '../support/wait.js'
-import { eventually, spawnWorker, type WorkerProcess } from './processes.js'
+import { eventually, spawnWorker, type WorkerProcess, readSqlite, sqliteLedger } from './processes.js'
 
 const silent = { debug() {}, info() {}, warn() {}, error() {} }
 const payload = z.strictObject({ ms: z.number().int() })
@@ -46,25 +45,10 @@ describe('sqlite: several processes on one file', () => {
     return r
   }
 
-  const read = <R>(text: string, ...values: unknown[]): R[] => {
-    const db = new Database(path, { readonly: true })
-    try {
-      return db.prepare(text).all(...values) as R[]
-    } finally {
-      db.close()
-    }
-  }
+  const read = <R>(text: string, ...values: unknown[]): R[] => readSqlite<R>(path, text, ...values)
 
-  /** Job id → handler starts, merged from every process's own ledger file. */
-  const ledger = () => {
-    const starts = new Map<string, number>()
-    for (const file of readdirSync(dir).filter((f) => /^ledger-\d+\.db$/.test(f))) {
-      const db = new Database(join(dir, file), { readonly: true })
-      for (const { job_id } of db.prepare('SELECT job_id FROM ledger').all() as { job_id: string }[]) starts.set(job_id, (starts.get(job_id) ?? 0) + 1)
-      db.close()
-    }
-    return starts
-  }
+  /** Job id → handler starts, from every process's own ledger file. */
+  const ledger = () => sqliteLedger(dir)
 
   it('2 processes x 8 workers run 20,000 jobs: every handler starts exactly once and every job succeeds', async () => {
     // The file is created and migrated before the processes open it.
