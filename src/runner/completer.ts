@@ -142,7 +142,8 @@ export class Completer {
     let signal: AbortSignal | undefined
     const bound = () => (signal ??= finalWriteSignal())
     // Claims for the workers this batch frees (and the idle ones), not for a slot a timed-out handler still holds.
-    const freed = batch.filter((b) => b.frees).length
+    let freed = 0
+    for (const b of batch) if (b.frees) freed++
     const claim = this.#stopping.aborted ? undefined : this.#piggyback?.request(freed)
     if (claim === undefined) {
       try {

@@ -117,11 +117,13 @@ describeEachBackend('restart and shutdown', (backend) => {
     const runner = h.runner({ driver: faulty.driver, workers: 2 })
     let starts = 0
     const kind = runner.register('meal_plan', { payload: echoPayload, handler: () => void starts++ })
-    await runner.start()
+    // The runner's first claim is held from before it starts, so no claim can be in flight unheld when the job is enqueued
+    // (on PostgreSQL an unheld first claim could reach the server after the insert and take the job).
     const release = gate()
     const held = faulty.holdNext('jobClaim', release.promise)
+    await runner.start()
+    await held // the claim is on its way to the database
     const id = await kind.enqueue({ n: 1 })
-    await held // the claim this enqueue woke is on its way to the database
     const stopped = runner.stop()
     release.open()
     await stopped
