@@ -1,0 +1,293 @@
+/**
+ * jobtable/testing's drain, at its edges: what it runs and what it leaves,
+ * its bounds, and that nothing runs outside it.
+ */
+import { existsSync } from 'node:fs'
+import { dirname } from 'node:path'
+import { afterEach, describe, expect, it } from 'vitest'
+import { z } from 'zod'
+import { defineKind, Runner, RunnerStateError, type Driver } from 'jobtable'
+import { sqlite } from 'jobtable/sqlite'
+import { createTestClock, createTestKit, DrainLimitError, DrainTimeoutError, type TestKit } from 'jobtable/testing'
+import { captureLogs } from '../support/logs.js'
+import { aborted } from '../support/wait.js'
+
+const n = z.strictObject({ n: z.number().int() })
+const HOUR = 3_600_000
+const T0 = Date.UTC(2030, 0, 1)
+
+/** Kits closed after each test, whatever it did. */
+const open: TestKit<unknown>[] = []
+afterEach(async () => {
+  for (const kit of open.splice(0)) await kit.close()
+})
+async function kit<K>(options: Parameters<typeof createTestKit<K>>[0]): Promise<TestKit<Awaited<K>>> {
+  const made = await createTestKit(options)
+  open.push(made as TestKit<unknown>)
+  return made
+}
+
+/** A kind `echo` whose handler records each start's n. */
+function echo(runner: Runner<Driver>, starts: number[]) {
+  return runner.register('echo', {
+    payload: n,
+    result: (r: number) => r,
+    handler: ({ n }) => {
+      starts.push(n)
+      return n
+    },
+  })
+}
+
+describe('testing: drain', () => {
+  it('outside a drain no job starts, however often the runner is woken; the next drain runs it', async () => {
+    const starts: number[] = []
+    const k = await kit({ register: (runner) => echo(runner, starts) })
+    await k.kinds.enqueue({ n: 1 })
+    await k.drain() // the runner is started from here on
+    expect(starts).toEqual([1])
+
+    const id = await k.kinds.enqueue({ n: 2 })
+    for (let i = 0; i < 20; i++) {
+      k.runner.wake()
+      await k.runner.get(id) // a turn of the event loop for the runner to claim in, were it allowed
+    }
+    expect(starts).toEqual([1])
+    expect(k.job(id).status).toBe('queued')
+
+    expect((await k.drain()).map((j) => j.id)).toEqual([id])
+    expect(starts).toEqual([1, 2])
+  })
+
+  it('runs the jobs jobs enqueue, to any depth, and returns each job it started once, in start order, as it ended', async () => {
+    const k = await kit({
+      register: (runner) => {
+        const step = runner.register('step', {
+          payload: n,
+          result: (r: number) => r,
+          handler: async ({ n }) => {
+            if (n < 4) await step.enqueue({ n: n + 1 })
+            return n * 10
+          },
+        })
+        return step
+      },
+    })
+    await k.kinds.enqueue({ n: 0 })
+    const ran = await k.drain()
+    expect(ran.map((j) => [j.payload, j.status, j.result])).toEqual([0, 1, 2, 3, 4].map((i) => [{ n: i }, 'succeeded', i * 10]))
+    expect(k.jobs({ status: ['queued', 'running', 'scheduled'] })).toEqual([])
+  })
+
+  it('returns only the jobs this drain started; an empty queue drains to []', async () => {
+    const k = await kit({ register: (runner) => echo(runner, []) })
+    expect(await k.drain()).toEqual([])
+    const a = await k.kinds.enqueue({ n: 1 })
+    expect((await k.drain()).map((j) => j.id)).toEqual([a])
+    const b = await k.kinds.enqueue({ n: 2 })
+    expect((await k.drain()).map((j) => j.id)).toEqual([b])
+    expect(await k.drain()).toEqual([])
+  })
+
+  it('with several workers, runs every job once', async () => {
+    const starts: number[] = []
+    const k = await kit({ runner: { workers: 4 }, register: (runner) => echo(runner, starts) })
+    await k.kinds.enqueueMany(Array.from({ length: 40 }, (_, i) => ({ n: i })))
+    const ran = await k.drain()
+    expect(ran).toHaveLength(40)
+    expect(ran.every((j) => j.status === 'succeeded')).toBe(true)
+    expect([...starts].sort((a, b) => a - b)).toEqual(Array.from({ length: 40 }, (_, i) => i))
+  })
+
+  it('a job due later runs only once the clock reaches its due time: not at one millisecond before', async () => {
+    const starts: number[] = []
+    const k = await kit({ clock: T0, register: (runner) => echo(runner, starts) })
+    const id = await k.kinds.enqueue({ n: 1 }, { runAt: T0 + HOUR })
+    expect(await k.drain()).toEqual([])
+    k.clock.set(new Date(T0 + HOUR - 1))
+    expect(await k.drain()).toEqual([])
+    expect(k.job(id).status).toBe('scheduled')
+    k.clock.advance(1)
+    expect((await k.drain()).map((j) => [j.id, j.status])).toEqual([[id, 'succeeded']])
+    expect(starts).toEqual([1])
+  })
+
+  it('advance: moves the clock to each due time of a kind it handles in turn, and stops at the last; a kind it does not handle stays scheduled', async () => {
+    const starts: number[] = []
+    const k = await kit({
+      clock: T0,
+      register: (runner) => {
+        runner.register(defineKind('elsewhere', { payload: n })) // a producer's registration: no handler here
+        return echo(runner, starts)
+      },
+    })
+    await k.kinds.enqueue({ n: 2 }, { runAt: T0 + 2 * HOUR })
+    await k.kinds.enqueue({ n: 1 }, { runAt: T0 + HOUR })
+    const other = await k.runner.enqueue('elsewhere', { n: 9 }, { runAt: T0 + 10 * HOUR })
+
+    const ran = await k.drain({ advance: true })
+
+    expect(starts).toEqual([1, 2])
+    expect(ran.map((j) => j.payload)).toEqual([{ n: 1 }, { n: 2 }])
+    expect(k.clock.now()).toBe(T0 + 2 * HOUR)
+    expect(k.job(other).status).toBe('scheduled')
+  })
+
+  it('a snoozed job waits for its delay on the clock; advance runs it again', async () => {
+    const k = await kit({
+      clock: T0,
+      register: (runner) =>
+        runner.register('snoozy', {
+          payload: n,
+          handler: (_p, job) => {
+            if (job.attempt === 1) return job.snooze(30_000)
+          },
+        }),
+    })
+    const id = await k.kinds.enqueue({ n: 1 })
+    expect(await k.drain()).toMatchObject([{ id, status: 'scheduled', runAt: T0 + 30_000 }])
+    expect(await k.drain({ advance: true })).toMatchObject([{ id, status: 'succeeded', attempt: 2 }])
+  })
+
+  it('queued jobs of a kind with no handler here do not keep the drain from ending', async () => {
+    const k = await kit({ register: (runner) => runner.register(defineKind('elsewhere', { payload: n })) })
+    const id = await k.kinds.enqueue({ n: 1 })
+    expect(await k.drain()).toEqual([])
+    expect(k.job(id).status).toBe('queued')
+  })
+
+  it('a job that enqueues itself each time: DrainLimitError after exactly maxJobs starts, naming the kind, and nothing more starts', async () => {
+    let starts = 0
+    const k = await kit({
+      runner: { workers: 3 },
+      register: (runner) => {
+        const loop = runner.register('loop', {
+          payload: n,
+          handler: async ({ n }) => {
+            starts++
+            await loop.enqueue({ n: n + 1 })
+          },
+        })
+        return loop
+      },
+    })
+    // Five loops at once on three workers: claims for every idle worker must still stop at exactly maxJobs.
+    await k.kinds.enqueueMany([0, 0, 0, 0, 0].map((n) => ({ n })))
+    const error = await k.drain({ maxJobs: 10 }).catch((e: unknown) => e)
+    expect(error).toBeInstanceOf(DrainLimitError)
+    expect((error as DrainLimitError).code).toBe('drain_limit')
+    expect((error as DrainLimitError).queued).toEqual({ loop: 5 })
+    expect((error as Error).message).toContain('drain started 10 jobs (its maxJobs)')
+    expect((error as Error).message).toContain('queued loop ×5')
+    expect(starts).toBe(10)
+    // The one it left waits: nothing starts it after the drain gave up.
+    for (let i = 0; i < 10; i++) {
+      k.runner.wake()
+      await k.runner.list({ limit: 1 })
+    }
+    expect(starts).toBe(10)
+    expect(k.jobs({ status: 'queued' })).toHaveLength(5)
+  })
+
+  it('a handler that never returns: DrainTimeoutError names the running job, and close() aborts its signal', async () => {
+    let signal: AbortSignal | undefined
+    const k = await kit({
+      register: (runner) =>
+        runner.register('stuck', {
+          payload: n,
+          handler: async (_p, job) => {
+            signal = job.signal
+            await aborted(job.signal)
+          },
+        }),
+    })
+    const id = await k.kinds.enqueue({ n: 1 })
+    const error = await k.drain({ timeoutMs: 100 }).catch((e: unknown) => e)
+    expect(error).toBeInstanceOf(DrainTimeoutError)
+    expect((error as DrainTimeoutError).running).toEqual([{ id, kind: 'stuck' }])
+    expect((error as Error).message).toContain(`running stuck ${id}`)
+    expect(signal?.aborted).toBe(false)
+    await k.close()
+    expect(signal?.aborted).toBe(true)
+  })
+
+  it('a second drain while one runs is refused; so is a drain after close', async () => {
+    let release!: () => void
+    const held = new Promise<void>((resolve) => (release = resolve))
+    const k = await kit({ register: (runner) => runner.register('held', { payload: n, handler: () => held }) })
+    await k.kinds.enqueue({ n: 1 })
+    const first = k.drain()
+    await expect(k.drain()).rejects.toThrow(/a drain is already running/)
+    release()
+    expect(await first).toHaveLength(1)
+    await k.close()
+    await expect(k.drain()).rejects.toBeInstanceOf(RunnerStateError)
+  })
+
+  it('kinds may be registered on kit.runner until the first drain, not after', async () => {
+    const starts: number[] = []
+    const k = await kit({})
+    const e = echo(k.runner, starts)
+    await e.enqueue({ n: 7 })
+    await k.drain()
+    expect(starts).toEqual([7])
+    expect(() => k.runner.register('late', { payload: n, handler: () => undefined })).toThrow(RunnerStateError)
+  })
+
+  it('a runner started by the test itself: drain says the kit starts it', async () => {
+    const k = await kit({ register: (runner) => echo(runner, []) })
+    await k.runner.start()
+    await expect(k.drain()).rejects.toThrow(/the kit starts its runner at the first drain/)
+  })
+
+  it('a job cancelled before the drain never starts; the drain ends', async () => {
+    const starts: number[] = []
+    const k = await kit({ register: (runner) => echo(runner, starts) })
+    const id = await k.kinds.enqueue({ n: 1 })
+    expect(await k.runner.cancel(id)).toBe('cancelled')
+    expect(await k.drain()).toEqual([])
+    expect(starts).toEqual([])
+    expect(k.job(id).status).toBe('cancelled')
+  })
+
+  it("a kind's timeoutMs counts real time: a handler past it fails as timeout", async () => {
+    const k = await kit({
+      register: (runner) =>
+        runner.register('slow', {
+          payload: n,
+          timeoutMs: 20,
+          handler: async (_p, job) => {
+            await aborted(job.signal)
+            throw new Error('aborted')
+          },
+        }),
+    })
+    const id = await k.kinds.enqueue({ n: 1 })
+    expect(await k.drain()).toMatchObject([{ id, status: 'failed', error: 'timeout' }])
+  })
+
+  it("storage 'file': the jobs are in a real file another runner can read, and close removes its folder", async () => {
+    const k = await kit({ storage: 'file', register: (runner) => echo(runner, []) })
+    const id = await k.kinds.enqueue({ n: 3 })
+    await k.drain()
+    expect(k.path).not.toBeNull()
+    const reader = new Runner({ driver: sqlite({ path: k.path! }), logger: captureLogs() })
+    try {
+      expect(await reader.get(id)).toMatchObject({ status: 'succeeded', result: 3 })
+    } finally {
+      await reader.close()
+    }
+    await k.close()
+    expect(existsSync(dirname(k.path!))).toBe(false)
+  })
+
+  it('two kits may share one clock: moving it makes jobs due in both', async () => {
+    const clock = createTestClock(T0)
+    const [a, b] = [await kit({ clock, register: (r) => echo(r, []) }), await kit({ clock, register: (r) => echo(r, []) })]
+    await a.kinds.enqueue({ n: 1 }, { delayMs: 1_000 })
+    await b.kinds.enqueue({ n: 2 }, { delayMs: 1_000 })
+    clock.advance(1_000)
+    expect((await a.drain()).map((j) => j.payload)).toEqual([{ n: 1 }])
+    expect((await b.drain()).map((j) => j.payload)).toEqual([{ n: 2 }])
+  })
+})
