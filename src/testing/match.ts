@@ -6,15 +6,17 @@ import type { JsonValue } from '../job.js'
  * that value; fields left out may hold anything. Objects match by the
  * fields given, at every depth; arrays match element by element, with
  * the same length; other values match when equal. A Date stands for the
- * ISO string a payload stores for it.
+ * ISO string a payload stores for it (so one is allowed where a string is).
  */
 export type PayloadMatch<T> = T extends Date
   ? Date | string
-  : T extends readonly (infer U)[]
-    ? readonly PayloadMatch<U>[]
-    : T extends object
-      ? { readonly [K in keyof T]?: PayloadMatch<T[K]> }
-      : T
+  : T extends string
+    ? T | Date
+    : T extends readonly (infer U)[]
+      ? readonly PayloadMatch<U>[]
+      : T extends object
+        ? { readonly [K in keyof T]?: PayloadMatch<T[K]> }
+        : T
 
 /**
  * The partial as the JSON a payload is stored as (a Date becomes its ISO
