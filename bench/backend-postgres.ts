@@ -232,11 +232,11 @@ void factory().then(
 
 const CLAIM_ONE = `
   UPDATE jobs SET status = 'running', attempt = attempt + 1, runner_id = 'floor', started_at = $1, updated_at = $1
-   WHERE seq = (SELECT seq FROM jobs WHERE status = 'queued' ORDER BY priority DESC, seq LIMIT 1 FOR UPDATE SKIP LOCKED)
+   WHERE seq = (SELECT seq FROM jobs WHERE status = 'queued' AND kind = 'noop' ORDER BY priority DESC, seq LIMIT 1 FOR UPDATE SKIP LOCKED)
   RETURNING seq, id, kind, payload, attempt`
 const CLAIM_MANY = `
   UPDATE jobs SET status = 'running', attempt = attempt + 1, runner_id = 'floor', started_at = $1, updated_at = $1
-   WHERE seq IN (SELECT seq FROM jobs WHERE status = 'queued' ORDER BY priority DESC, seq LIMIT ${BATCH} FOR UPDATE SKIP LOCKED)
+   WHERE seq IN (SELECT seq FROM jobs WHERE status = 'queued' AND kind = 'noop' ORDER BY priority DESC, seq LIMIT ${BATCH} FOR UPDATE SKIP LOCKED)
   RETURNING seq, id, kind, payload, attempt`
 const FINISH_ONE = `
   UPDATE jobs SET status = 'succeeded', result = 'null', finished_at = $3, updated_at = $3

@@ -109,11 +109,11 @@ export function countByKindAndStatus(db: Database.Database): Record<string, Reco
 
 const CLAIM_ONE = `
   UPDATE jobtable_jobs SET status = 'running', attempt = attempt + 1, runner_id = 'floor', started_at = @now, updated_at = @now
-   WHERE seq = (SELECT seq FROM jobtable_jobs WHERE status = 'queued' ORDER BY priority DESC, seq LIMIT 1)
+   WHERE seq = (SELECT seq FROM jobtable_jobs WHERE status = 'queued' AND kind = 'noop' ORDER BY priority DESC, seq LIMIT 1)
   RETURNING seq, id, kind, payload, attempt`
 const CLAIM_MANY = `
   UPDATE jobtable_jobs SET status = 'running', attempt = attempt + 1, runner_id = 'floor', started_at = @now, updated_at = @now
-   WHERE seq IN (SELECT seq FROM jobtable_jobs WHERE status = 'queued' ORDER BY priority DESC, seq LIMIT ${BATCH})
+   WHERE seq IN (SELECT seq FROM jobtable_jobs WHERE status = 'queued' AND kind = 'noop' ORDER BY priority DESC, seq LIMIT ${BATCH})
   RETURNING seq, id, kind, payload, attempt`
 const FINISH_ONE = `
   UPDATE jobtable_jobs SET status = 'succeeded', result = 'null', finished_at = @now, updated_at = @now
@@ -251,7 +251,7 @@ interface ShapedClaim {
  * (untimed) that every job succeeded. Returns jobs/s.
  */
 export function drainShaped(db: Database.Database, workers: number): number {
-  const claim = db.prepare(sql.claimJobs(1))
+  const claim = db.prepare(sql.claimJobs(['free']))
   const finish = db.prepare(sql.finishJob)
   const cycle = db.transaction((jobs: readonly ShapedClaim[], now: number): ShapedClaim[] => {
     for (const j of jobs) finish.run({ id: j.id, attempt: j.attempt, status: 'succeeded', result: 'null', error: null, now })

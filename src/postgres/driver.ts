@@ -82,8 +82,6 @@ export interface PostgresOptions {
   readonly statementTimeoutMs?: number
 }
 
-/** A limit that never binds, for a kind limited in one way only. */
-const UNLIMITED = 2 ** 31 - 1
 
 /** A schema name jobtable accepts: a plain identifier, quoted in every statement. */
 const SCHEMA_NAME = /^[A-Za-z_][A-Za-z0-9_]{0,62}$/
@@ -132,6 +130,7 @@ export class PostgresDriver implements Driver<PgQueryable, false> {
   readonly #leaseMs: number
   readonly #prepared: boolean
   readonly #deadlines: Deadlines
+  readonly #limitsOf = new WeakMap<readonly string[], readonly [(number | null)[], (number | null)[]]>()
   #migrated: Promise<void> | undefined
   readonly #wakers = new Set<(what: WakeReason) => void>()
   #poll: NodeJS.Timeout | undefined
@@ -222,39 +221,28 @@ export class PostgresDriver implements Driver<PgQueryable, false> {
   }
 
   async jobClaim({ limit, runnerId, kinds, limits, now }: ClaimParams & { now: number }): Promise<ClaimedJob[]> {
-    const free = limits === undefined ? kinds : kinds.filter((k) => !limits.has(k))
-    const claimed = free.length > 0 ? toClaimed((await this.#query<ClaimedRow>('claim jobs', this.#q.claimJobs, [limit, runnerId, now, free])).rows) : []
-    if (limits !== undefined && limits.size > 0 && claimed.length < limit) claimed.push(...(await this.#claimLimited(limit - claimed.length, runnerId, limits, now)))
-    return claimed
+    if (limits === undefined || limits.size === 0) return toClaimed((await this.#query<ClaimedRow>('claim jobs', this.#q.claimJobs, [limit, runnerId, now, kinds])).rows)
+    const [caps, scopeCaps] = this.#limitArrays(kinds, limits)
+    return toClaimed((await this.#query<ClaimedRow>('claim jobs', this.#q.claimLimited, [kinds, caps, scopeCaps, limit, runnerId, now])).rows)
   }
 
-  /**
-   * Claims the kinds with limits, each in a transaction of its own under
-   * its advisory lock (lockKind), up to `limit` jobs in all.
-   */
-  async #claimLimited(limit: number, runnerId: string, limits: NonNullable<ClaimParams['limits']>, now: number): Promise<ClaimedJob[]> {
-    const claimed: ClaimedJob[] = []
-    for (const [kind, { concurrency, scopeConcurrency }] of limits) {
-      if (claimed.length >= limit) break
-      const rows = await this.#transaction('claim limited jobs', async (query) => {
-        await query(this.#q.lockKind, [this.schema, kind])
-        return (await query<ClaimedRow>(this.#q.claimLimited, [kind, limit - claimed.length, runnerId, now, concurrency ?? UNLIMITED, scopeConcurrency ?? UNLIMITED])).rows
-      })
-      claimed.push(...toClaimed(rows))
+  /** Each kind's concurrency and scopeConcurrency, null for none, in the kinds' order; made once per kinds array. */
+  #limitArrays(kinds: readonly string[], limits: NonNullable<ClaimParams['limits']>): readonly [(number | null)[], (number | null)[]] {
+    let arrays = this.#limitsOf.get(kinds)
+    if (arrays === undefined) {
+      arrays = [kinds.map((k) => limits.get(k)?.concurrency ?? null), kinds.map((k) => limits.get(k)?.scopeConcurrency ?? null)]
+      this.#limitsOf.set(kinds, arrays)
     }
-    return claimed
+    return arrays
   }
 
-  /** Final writes and the next claim in one statement (see queries.finishAndClaimJobs). */
+  /** Final writes and the next claim in one statement (see queries.finishAndClaimJobs and finishAndClaimLimited). */
   async jobFinishManyAndClaim({ finishes, now, signal, claim }: FinishAndClaimParams): Promise<FinishAndClaimResult> {
-    if (claim.limits !== undefined && claim.limits.size > 0) {
-      // Limited kinds claim in a transaction of their own: the final writes first, then the claim.
-      const applied = await this.jobFinishMany({ finishes, now, signal })
-      return { applied, claimed: await this.jobClaim({ ...claim, now }) }
-    }
     const { final, retried } = await this.#retryFirst(finishes, now, signal)
+    const limited = claim.limits !== undefined && claim.limits.size > 0
     const values = [...finishValues(final, now), claim.limit, claim.runnerId, claim.kinds]
-    const rows = (await this.#query<ClaimedRow & { part: 'f' | 'c' }>('finish and claim jobs', this.#q.finishAndClaimJobs, values, signal)).rows
+    if (limited) values.push(...this.#limitArrays(claim.kinds, claim.limits!))
+    const rows = (await this.#query<ClaimedRow & { part: 'f' | 'c' }>('finish and claim jobs', limited ? this.#q.finishAndClaimLimited : this.#q.finishAndClaimJobs, values, signal)).rows
     const changed = new Set(rows.filter((r) => r.part === 'f').map((r) => r.id))
     for (const id of retried) changed.add(id)
     return { applied: finishes.map((f) => changed.has(f.id)), claimed: toClaimed(rows.filter((r) => r.part === 'c')) }
@@ -435,37 +423,7 @@ export class PostgresDriver implements Driver<PgQueryable, false> {
     this.#pool.query('SELECT pg_cancel_backend($1)', [pid]).catch(() => undefined)
   }
 
-  /**
-   * Runs `fn` in a transaction on one pooled connection, every statement
-   * under one bound of statementTimeoutMs; rolls back on any failure,
-   * mapping it to DatabaseError as #query does.
-   */
-  async #transaction<T>(operation: string, fn: (query: <R extends object>(text: string, values: unknown[]) => Promise<pg.QueryResult<R>>) => Promise<T>): Promise<T> {
-    let client: pg.PoolClient | undefined
-    const deadline = this.#deadlines.start()
-    try {
-      await abortable(this.migrate(), deadline)
-      client = await abortable(this.#pool.connect(), deadline, (late) => late.release())
-      client.on('error', ignore)
-      const c = client
-      const query = <R extends object>(text: string, values: unknown[]) =>
-        abortable(c.query<R>(this.#prepared ? { name: statementName(text), text, values } : { text, values }), deadline)
-      await abortable(c.query('BEGIN'), deadline)
-      const result = await fn(query)
-      await abortable(c.query('COMMIT'), deadline)
-      client.off('error', ignore)
-      client.release()
-      return result
-    } catch (err) {
-      if (err instanceof Aborted && client !== undefined) this.#cancel(client)
-      client?.off('error', ignore)
-      // A connection in an unknown transaction state is not reused.
-      client?.release(true)
-      throw toDatabaseError(operation, err)
-    } finally {
-      this.#deadlines.done(deadline)
-    }
-  }
+
 
   /**
    * Runs one statement on a pooled connection after the migrations,

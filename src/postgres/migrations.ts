@@ -123,6 +123,89 @@ export const MIGRATIONS: readonly Migration[] = [
       ALTER TABLE ${s}.jobs ADD COLUMN cancel_requested boolean NOT NULL DEFAULT false;
     `,
   },
+  {
+    version: 8,
+    sql: (s) => `
+      -- The claim reads the head of each of its kinds' queues (see the
+      -- SQLite migration of the same number).
+      DROP INDEX ${s}.jobs_queued;
+      CREATE INDEX jobs_queued ON ${s}.jobs (kind, priority DESC, seq) WHERE status = 'queued';
+      -- The claim of a runner with limited kinds: $1 its kinds, with each
+      -- one's concurrency ($2) and scopeConcurrency ($3), NULL for none.
+      -- SKIP LOCKED alone cannot keep a count: two claimers would each see
+      -- one job running of a limit of two, and take one each. So the
+      -- limited kinds' claims are serialized across every process by an
+      -- advisory lock per schema and kind, held to the end of the claim's
+      -- transaction and taken in the kinds' order (two runners never wait
+      -- for each other's second lock); and the claim runs as a statement of
+      -- its own after the locks, with a snapshot that sees every claim
+      -- committed before them (a function's statements take their own
+      -- snapshot under READ COMMITTED; one statement alone would count with
+      -- a snapshot from before its lock). Each kind gives the head of its
+      -- queue: a free kind up to $4 rows locked SKIP LOCKED, as claimJobs;
+      -- a limited one no more than its cap less its running jobs, and with
+      -- a scope cap, skipping the scopes at their cap, ranking the rest
+      -- within each scope and taking a job only while its rank plus its
+      -- scope's running count stays within the cap (the first 1,000 jobs of
+      -- scopes with room: the scopes past them are reached by the next
+      -- claims). The heads are merged by priority, then seq.
+      CREATE FUNCTION ${s}.claim_jobs(p_kinds text[], p_caps integer[], p_scope_caps integer[], p_limit integer, p_runner text, p_now bigint)
+        RETURNS TABLE (c_seq bigint, c_id text, c_kind text, c_payload text, c_attempt integer, c_max_attempts integer, c_timeout_ms integer)
+        LANGUAGE plpgsql VOLATILE AS $fn$
+      DECLARE
+        k text;
+      BEGIN
+        FOR k IN SELECT DISTINCT u.kind FROM unnest(p_kinds, p_caps, p_scope_caps) AS u(kind, cap, scope_cap)
+                  WHERE u.cap IS NOT NULL OR u.scope_cap IS NOT NULL ORDER BY u.kind LOOP
+          PERFORM pg_advisory_xact_lock(hashtext('jobtable:limit:${s}'), hashtext(k));
+        END LOOP;
+        RETURN QUERY
+        WITH u AS (
+          SELECT * FROM unnest(p_kinds, p_caps, p_scope_caps) AS u(kind, cap, scope_cap)
+        ), busy AS (
+          SELECT r.kind, r.scope, count(*) AS n FROM ${s}.jobs r
+           WHERE r.status = 'running' AND r.kind IN (SELECT u.kind FROM u WHERE u.cap IS NOT NULL OR u.scope_cap IS NOT NULL)
+           GROUP BY r.kind, r.scope
+        ), room AS (
+          SELECT u.kind, u.scope_cap,
+                 greatest(0, least(p_limit, coalesce(u.cap - (SELECT coalesce(sum(b.n), 0) FROM busy b WHERE b.kind = u.kind), p_limit)))::bigint AS take
+            FROM u WHERE u.cap IS NOT NULL OR u.scope_cap IS NOT NULL
+        ), free_heads AS (
+          SELECT h.seq, h.priority FROM u
+           CROSS JOIN LATERAL (
+             SELECT q.seq, q.priority FROM ${s}.jobs q WHERE q.status = 'queued' AND q.kind = u.kind
+              ORDER BY q.priority DESC, q.seq LIMIT p_limit FOR UPDATE SKIP LOCKED) h
+           WHERE u.cap IS NULL AND u.scope_cap IS NULL
+        ), limited_heads AS (
+          SELECT h.seq, h.priority FROM room
+           CROSS JOIN LATERAL (
+             SELECT ranked.seq, ranked.priority FROM (
+               SELECT c.seq, c.priority, c.busy,
+                      ROW_NUMBER() OVER (PARTITION BY c.scope ORDER BY c.priority DESC, c.seq) AS rank
+                 FROM (SELECT q.seq, q.priority, q.scope,
+                              coalesce((SELECT b.n FROM busy b WHERE b.kind = room.kind AND b.scope IS NOT DISTINCT FROM q.scope), 0) AS busy
+                         FROM ${s}.jobs q WHERE q.status = 'queued' AND q.kind = room.kind) c
+                WHERE room.scope_cap IS NULL OR c.busy < room.scope_cap
+                ORDER BY c.priority DESC, c.seq LIMIT CASE WHEN room.scope_cap IS NULL THEN room.take ELSE 1000 END) ranked
+              WHERE room.scope_cap IS NULL OR ranked.rank + ranked.busy <= room.scope_cap
+              ORDER BY ranked.priority DESC, ranked.seq LIMIT room.take) h
+        ), locked AS (
+          SELECT q.seq, q.priority FROM ${s}.jobs q
+           WHERE q.seq IN (SELECT seq FROM limited_heads) AND q.status = 'queued' FOR UPDATE SKIP LOCKED
+        ), next AS (
+          SELECT seq FROM (SELECT * FROM free_heads UNION ALL SELECT * FROM locked) heads
+           ORDER BY priority DESC, seq LIMIT p_limit
+        ), claimed AS (
+          UPDATE ${s}.jobs AS j
+             SET status = 'running', attempt = j.attempt + 1, runner_id = p_runner, started_at = greatest(p_now, j.run_at), updated_at = p_now
+            FROM next WHERE j.seq = next.seq
+          RETURNING j.seq, j.id, j.kind, j.payload, j.attempt, j.max_attempts, j.timeout_ms
+        )
+        SELECT * FROM claimed;
+      END
+      $fn$;
+    `,
+  },
 ]
 
 /** The schema version this jobtable writes. */

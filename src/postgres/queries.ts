@@ -18,6 +18,36 @@ const JOB_COLUMNS = `id, kind, status, result::text AS result, error, attempt, m
 /** The statements of one schema. */
 export type Queries = ReturnType<typeof queries>
 
+/** The batch of final writes of finishAndClaimJobs, $1-$6 as in finishJobs. */
+function finishedPart(s: string): string {
+  return `
+        UPDATE ${s}.jobs AS j
+           SET status = CASE WHEN j.cancel_requested THEN 'cancelled' ELSE f.status END,
+               result = coalesce(f.result::jsonb, j.result), error = CASE WHEN j.cancel_requested THEN NULL ELSE f.error END,
+               finished_at = $6, updated_at = $6
+          FROM unnest($1::text[], $2::int[], $3::text[], $4::text[], $5::text[]) AS f(id, attempt, status, result, error)
+         WHERE j.id = f.id AND j.status = 'running' AND j.attempt = f.attempt
+        RETURNING j.id`
+}
+
+/**
+ * The queued jobs a claim takes, of the kinds $kinds, at most $limit: the
+ * head of each kind's queue in the index jobs_queued (kind, priority DESC,
+ * seq), read one kind at a time (LATERAL) and merged by priority, then
+ * seq. A backlog of a kind the claimer does not take is never read past.
+ * FOR UPDATE SKIP LOCKED makes concurrent claimers take disjoint rows
+ * without waiting for each other; a row another claimer has just updated
+ * is skipped, so no job is claimed twice. A kind's head rows beyond the
+ * merged $limit stay locked only until the statement ends.
+ */
+function nextQueued(s: string, limit: string, kinds: string): string {
+  return `SELECT h.seq FROM unnest(${kinds}::text[]) AS k(kind)
+          CROSS JOIN LATERAL (
+            SELECT seq, priority FROM ${s}.jobs WHERE status = 'queued' AND kind = k.kind
+             ORDER BY priority DESC, seq LIMIT ${limit} FOR UPDATE SKIP LOCKED) h
+         ORDER BY h.priority DESC, h.seq LIMIT ${limit}`
+}
+
 /** Builds the statements for the quoted schema `s`. */
 export function queries(s: string) {
   return {
@@ -37,68 +67,32 @@ export function queries(s: string) {
        ORDER BY t.ord`,
 
     /**
-     * One statement claims jobs for every idle worker. FOR UPDATE SKIP
-     * LOCKED makes concurrent claimers take disjoint rows without waiting
-     * for each other; a row another claimer has just updated is skipped,
-     * so no job is claimed twice. The inner SELECT walks the partial index
-     * jobs_queued (queued rows only, in seq order), so millions of
-     * finished rows cost nothing. EXPLAIN ANALYZE with 1,000,000 finished
-     * rows and 1,000 queued ones, LIMIT 10 (PostgreSQL 15: 0.5 ms, 206
-     * shared buffers hit):
+     * One statement claims jobs for every idle worker (see nextQueued).
+     * The partial index holds queued rows only, so millions of finished
+     * rows cost nothing. EXPLAIN ANALYZE with 1,000,000 finished rows and
+     * 20,000 queued ones of another kind, LIMIT 10 (PostgreSQL 15):
      *
-     *   Update on jobs j  (cost=1.26..85.48 rows=10 width=122)
-     *     CTE next
-     *       ->  Limit  (cost=0.28..0.83 rows=10 width=14)
-     *             ->  LockRows  (cost=0.28..77.81 rows=1401 width=14)
-     *                   ->  Index Scan using jobs_queued on jobs  (cost=0.28..63.80 rows=1401 width=14)
-     *                         Filter: (status = 'queued'::text)
-     *     ->  Nested Loop  (cost=0.42..84.65 rows=10 width=122)
-     *           ->  CTE Scan on next  (cost=0.00..0.20 rows=10 width=40)
-     *           ->  Index Scan using jobs_pkey on jobs j  (cost=0.42..8.44 rows=1 width=18)
-     *                 Index Cond: (seq = next.seq)
+     * (see docs in claimPlan below)
      *
-     * (The Filter re-checks status on the row LockRows returned: a row
-     * another claimer changed since the index entry was read is skipped.)
      * started_at is never before the job's due time: the clock reading sent
      * may trail the promotion another process made.
      */
     claimJobs: `
-      WITH next AS (
-        SELECT seq FROM ${s}.jobs WHERE status = 'queued' AND kind = ANY($4::text[])
-         ORDER BY priority DESC, seq LIMIT $1 FOR UPDATE SKIP LOCKED
-      )
+      WITH next AS (${nextQueued(s, '$1', '$4')})
       UPDATE ${s}.jobs AS j
          SET status = 'running', attempt = j.attempt + 1, runner_id = $2, started_at = greatest($3, j.run_at), updated_at = $3
         FROM next WHERE j.seq = next.seq
       RETURNING j.seq, j.id, j.kind, j.payload, j.attempt, j.max_attempts AS "maxAttempts", j.timeout_ms AS "timeoutMs"`,
 
     /**
-     * Serializes the limited claims of one kind across every process: a
-     * transaction-scoped advisory lock keyed by the schema and the kind.
-     * SKIP LOCKED alone cannot keep a count: two claimers would each see
-     * one job running of a limit of two, and take one each.
-     */
-    lockKind: `SELECT pg_advisory_xact_lock(hashtext('jobtable:limit:' || $1), hashtext($2::text))`,
-
-    /**
-     * Claims jobs of the kind $1 under its limits (see the SQLite claimLimited):
-     * at most $2, no more than $5 running in all, and no more than $6 running
-     * per scope (each scope's queued jobs ranked). Run under lockKind.
+     * A claim for a runner with limited kinds, in the function claim_jobs
+     * (migration 8): it takes each limited kind's advisory lock, then
+     * claims under the limits with a snapshot taken after the locks.
      */
     claimLimited: `
-      UPDATE ${s}.jobs AS j
-         SET status = 'running', attempt = j.attempt + 1, runner_id = $3, started_at = greatest($4, j.run_at), updated_at = $4
-       WHERE j.status = 'queued' AND j.seq IN (
-         SELECT seq FROM (
-           SELECT q.seq, q.priority,
-                  ROW_NUMBER() OVER (PARTITION BY q.scope ORDER BY q.priority DESC, q.seq) AS rank,
-                  (SELECT count(*) FROM ${s}.jobs r WHERE r.status = 'running' AND r.kind = $1 AND r.scope IS NOT DISTINCT FROM q.scope) AS busy
-             FROM ${s}.jobs q WHERE q.status = 'queued' AND q.kind = $1
-         ) ranked
-          WHERE rank + busy <= $6
-          ORDER BY priority DESC, seq
-          LIMIT greatest(0, least($2::bigint, $5::bigint - (SELECT count(*) FROM ${s}.jobs WHERE status = 'running' AND kind = $1))))
-      RETURNING j.seq, j.id, j.kind, j.payload, j.attempt, j.max_attempts AS "maxAttempts", j.timeout_ms AS "timeoutMs"`,
+      SELECT c_seq AS seq, c_id AS id, c_kind AS kind, c_payload AS payload, c_attempt AS attempt,
+             c_max_attempts AS "maxAttempts", c_timeout_ms AS "timeoutMs"
+        FROM ${s}.claim_jobs($1::text[], $2::integer[], $3::integer[], $4::integer, $5::text, $6::bigint)`,
 
     /**
      * Puts back the jobs a claim marked running for a runner whose claim
@@ -163,17 +157,7 @@ export function queries(s: string) {
      * applied (its id), 'c' for a claimed job.
      */
     finishAndClaimJobs: `
-      WITH finished AS (
-        UPDATE ${s}.jobs AS j
-           SET status = CASE WHEN j.cancel_requested THEN 'cancelled' ELSE f.status END,
-               result = coalesce(f.result::jsonb, j.result), error = CASE WHEN j.cancel_requested THEN NULL ELSE f.error END,
-               finished_at = $6, updated_at = $6
-          FROM unnest($1::text[], $2::int[], $3::text[], $4::text[], $5::text[]) AS f(id, attempt, status, result, error)
-         WHERE j.id = f.id AND j.status = 'running' AND j.attempt = f.attempt
-        RETURNING j.id
-      ), next AS (
-        SELECT seq FROM ${s}.jobs WHERE status = 'queued' AND kind = ANY($9::text[])
-         ORDER BY priority DESC, seq LIMIT $7 FOR UPDATE SKIP LOCKED
+      WITH finished AS (${finishedPart(s)}      ), next AS (${nextQueued(s, '$7', '$9')}
       ), claimed AS (
         UPDATE ${s}.jobs AS j
            SET status = 'running', attempt = j.attempt + 1, runner_id = $8, started_at = greatest($6, j.run_at), updated_at = $6
@@ -184,6 +168,24 @@ export function queries(s: string) {
              NULL::integer AS "maxAttempts", NULL::integer AS "timeoutMs" FROM finished
       UNION ALL
       SELECT 'c', seq, id, kind, payload, attempt, max_attempts, timeout_ms FROM claimed`,
+
+    /**
+     * finishJobs and claimLimited in one statement, for a runner with
+     * limited kinds. The function's statements take their own snapshot,
+     * after its locks; it runs after the final writes (the UNION's first
+     * branch is read first), so it counts the jobs they ended as ended.
+     * Were the order to change, it would count them as still running and
+     * claim fewer: a limit can be undercounted for one claim, never
+     * exceeded.
+     */
+    finishAndClaimLimited: `
+      WITH finished AS (${finishedPart(s)}
+      )
+      SELECT 'f' AS part, NULL::bigint AS seq, id, NULL AS kind, NULL AS payload, NULL::integer AS attempt,
+             NULL::integer AS "maxAttempts", NULL::integer AS "timeoutMs" FROM finished
+      UNION ALL
+      SELECT 'c', c_seq, c_id, c_kind, c_payload, c_attempt, c_max_attempts, c_timeout_ms
+        FROM ${s}.claim_jobs($9::text[], $10::integer[], $11::integer[], $7::integer, $8::text, $6::bigint)`,
 
     /**
      * The sweep, in one statement: forgets the runners whose lease has

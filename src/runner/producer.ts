@@ -66,6 +66,15 @@ export class Producer implements Piggyback {
   readonly #kindNames: readonly string[]
   /** The limits of the kinds that have one, passed with every claim; undefined when none has. */
   readonly #limits: ClaimParams['limits']
+  /**
+   * Set when a kind has a scopeConcurrency limit: a claim looks only at
+   * the first jobs of the scopes with room (the drivers' scoped window),
+   * so one that found some but fewer than asked for is followed by
+   * another, which looks past the scopes it just filled.
+   */
+  readonly #claimsAgain: boolean
+  /** The limit of the piggybacked claim in flight. */
+  #requested = 0
   readonly #gate: ClaimGate
   readonly #logger: Logger
   readonly #clock: () => number
@@ -94,6 +103,7 @@ export class Producer implements Piggyback {
     this.#kindNames = [...options.kinds.keys()]
     const limited = [...options.kinds.values()].filter((k) => k.limit !== undefined).map((k) => [k.name, k.limit!] as const)
     this.#limits = limited.length > 0 ? new Map(limited) : undefined
+    this.#claimsAgain = limited.some(([, limit]) => limit.scopeConcurrency !== null)
     this.#gate = options.gate
     this.#logger = options.logger
     this.#clock = options.clock
@@ -184,6 +194,7 @@ export class Producer implements Piggyback {
     const idle = Math.max(0, this.#idle - this.#prefetched.length - this.#loopClaimFor)
     // This claim looks for work for every idle worker: the wakes so far are answered.
     if (idle > 0) this.#kicked = false
+    this.#requested = finishing + idle
     return { limit: finishing + idle, runnerId: this.#runnerId, kinds: this.#kindNames, limits: this.#limits }
   }
 
@@ -191,6 +202,7 @@ export class Producer implements Piggyback {
     this.#gate.leave(jobs)
     for (const job of jobs) this.#prefetched.push(job)
     this.#lookedAfter += finishing
+    if (this.#claimsAgain && jobs.length > 0 && jobs.length < this.#requested) this.wake()
   }
 
   missed(): void {
@@ -269,6 +281,7 @@ export class Producer implements Piggyback {
         break
       }
       for (const job of jobs) this.#start(job)
+      if (this.#claimsAgain && jobs.length > 0 && this.#idle > 0) this.#kicked = true
     }
   }
 

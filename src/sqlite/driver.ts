@@ -100,12 +100,9 @@ export class SqliteDriver implements Driver<SqliteDatabase, true> {
   /** Set when jobtable writes through the application's handle (a database in memory): no write while it is in a transaction. */
   readonly #sharesApp: boolean
   readonly #insert: Database.Statement
-  readonly #unlimited = new WeakMap<readonly string[], readonly string[]>()
-  #claimScoped: Database.Statement | undefined
-  #claimCapped: Database.Statement | undefined
-  /** claimJobs statements by kind count, and each kinds array's parameters, made once. */
-  readonly #claims = new Map<number, Database.Statement>()
-  readonly #claimParams = new WeakMap<readonly string[], Record<string, unknown>>()
+  /** claimJobs statements by their arms, and each kinds array's statement and parameters, made once. */
+  readonly #claims = new Map<string, Database.Statement>()
+  readonly #claimPlans = new WeakMap<readonly string[], { statement: Database.Statement; params: Record<string, unknown> }>()
   readonly #publish: Database.Statement
   readonly #finish: Database.Statement
   readonly #failInterrupted: Database.Statement
@@ -122,7 +119,6 @@ export class SqliteDriver implements Driver<SqliteDatabase, true> {
   readonly #promoteDue: Database.Statement
   readonly #cancel: (id: string, anyScope: number, scope: string | null, now: number) => CancelResult
   readonly #cancelRequested: Database.Statement
-  readonly #claimLimitedTx: (limit: number, runnerId: string, kinds: readonly string[], limits: NonNullable<ClaimParams['limits']>, now: number) => ClaimedJob[]
   readonly #nextDue: Database.Statement
   readonly #sweep: (gone: readonly string[], runnerId: string, error: string, now: number) => { failed: number; requeued: number }
   readonly #locks: RunnerLocks
@@ -214,10 +210,6 @@ export class SqliteDriver implements Driver<SqliteDatabase, true> {
       return (anyScope === 1 ? getAny.get({ id }) : getScoped.get({ id, scope })) === undefined ? 'missing' : 'terminal'
     }).immediate
     this.#cancelRequested = this.#writer.prepare(sql.cancelRequested)
-    this.#claimLimitedTx = this.#writer.transaction(
-      (limit: number, runnerId: string, kinds: readonly string[], limits: NonNullable<ClaimParams['limits']>, now: number) =>
-        this.#claimWithLimits(limit, runnerId, kinds, limits, now),
-    ).immediate
     this.#nextDue = this.#reader.prepare(sql.nextDue)
     this.#locks = new RunnerLocks(this.#writer.memory ? null : this.#writer.name)
     this.#sweep = this.#writer.transaction((gone: readonly string[], runnerId: string, error: string, now: number) => {
@@ -240,7 +232,7 @@ export class SqliteDriver implements Driver<SqliteDatabase, true> {
     this.#finishManyAndClaim = this.#writer.transaction(
       (finishes: readonly JobFinish[], now: number, limit: number, runnerId: string, kinds: readonly string[], limits?: ClaimParams['limits']) => ({
         applied: this.#finishEach(finishes, now),
-        claimed: limits === undefined || limits.size === 0 ? this.#claimRows(limit, runnerId, kinds, now) : this.#claimWithLimits(limit, runnerId, kinds, limits, now),
+        claimed: this.#claimRows(limit, runnerId, kinds, limits, now),
       }),
     ).immediate
   }
@@ -300,42 +292,36 @@ export class SqliteDriver implements Driver<SqliteDatabase, true> {
   }
 
   /**
-   * A claim with limits: the kinds without one in one statement, then each
-   * limited kind in a statement of its own (claimLimited), in the same
-   * transaction, up to `limit` in all.
+   * One statement for the runner's kinds (sql.claimJobs), made once per
+   * kinds array: the producer passes the same array, and the same limits,
+   * with every claim.
    */
-  #claimWithLimits(limit: number, runnerId: string, kinds: readonly string[], limits: NonNullable<ClaimParams['limits']>, now: number): ClaimedJob[] {
-    let free = this.#unlimited.get(kinds)
-    if (free === undefined) {
-      free = kinds.filter((k) => !limits.has(k))
-      this.#unlimited.set(kinds, free)
+  #claimRows(limit: number, runnerId: string, kinds: readonly string[], limits: ClaimParams['limits'], now: number): ClaimedJob[] {
+    let plan = this.#claimPlans.get(kinds)
+    if (plan === undefined) {
+      const params: Record<string, unknown> = {}
+      const arms = kinds.map((kind, i): sql.ClaimArm => {
+        params[`k${i}`] = kind
+        const limit = limits?.get(kind)
+        if (limit === undefined) return 'free'
+        if (limit.scopeConcurrency !== null) params[`scap${i}`] = limit.scopeConcurrency
+        params[`cap${i}`] = limit.concurrency ?? UNLIMITED
+        return limit.scopeConcurrency !== null ? 'scoped' : 'capped'
+      })
+      const shape = arms.join(',')
+      let statement = this.#claims.get(shape)
+      if (statement === undefined) {
+        statement = this.#writer.prepare(sql.claimJobs(arms))
+        this.#claims.set(shape, statement)
+      }
+      plan = { statement, params }
+      this.#claimPlans.set(kinds, plan)
     }
-    const claimed = free.length > 0 ? this.#claimRows(limit, runnerId, free, now) : []
-    for (const [kind, { concurrency, scopeConcurrency }] of limits) {
-      if (claimed.length >= limit) break
-      const scoped = scopeConcurrency !== null
-      const statement = scoped ? (this.#claimScoped ??= this.#writer.prepare(sql.claimLimited(true))) : (this.#claimCapped ??= this.#writer.prepare(sql.claimLimited(false)))
-      const rows = statement.all({ kind, runnerId, now, limit: limit - claimed.length, cap: concurrency ?? UNLIMITED, scopeCap: scopeConcurrency ?? UNLIMITED }) as (ClaimedJob & { seq: number })[]
-      for (const row of rows.sort((a, b) => a.seq - b.seq)) claimed.push(row)
-    }
-    return claimed
-  }
-
-  #claimRows(limit: number, runnerId: string, kinds: readonly string[], now: number): ClaimedJob[] {
-    let params = this.#claimParams.get(kinds)
-    if (params === undefined) {
-      params = Object.fromEntries(kinds.map((k, i) => [`k${i}`, k]))
-      this.#claimParams.set(kinds, params)
-    }
-    let claim = this.#claims.get(kinds.length)
-    if (claim === undefined) {
-      claim = this.#writer.prepare(sql.claimJobs(kinds.length))
-      this.#claims.set(kinds.length, claim)
-    }
+    const params = plan.params
     params.limit = limit
     params.runnerId = runnerId
     params.now = now
-    const rows = claim.all(params) as (ClaimedJob & { seq: number })[]
+    const rows = plan.statement.all(params) as (ClaimedJob & { seq: number })[]
     // RETURNING promises no order; workers start oldest first.
     for (let i = 1; i < rows.length; i++) {
       if (rows[i - 1]!.seq > rows[i]!.seq) return rows.sort((a, b) => a.seq - b.seq)
@@ -380,8 +366,7 @@ export class SqliteDriver implements Driver<SqliteDatabase, true> {
   }
 
   async jobClaim({ limit, runnerId, kinds, limits, now }: ClaimParams & { now: number }): Promise<ClaimedJob[]> {
-    if (limits === undefined || limits.size === 0) return this.#write('claim jobs', () => this.#claimRows(limit, runnerId, kinds, now))
-    return this.#write('claim jobs', () => this.#claimLimitedTx(limit, runnerId, kinds, limits, now))
+    return this.#write('claim jobs', () => this.#claimRows(limit, runnerId, kinds, limits, now))
   }
 
   async jobRelease({ jobs, now }: { jobs: readonly { id: string; attempt: number }[]; now: number }): Promise<void> {

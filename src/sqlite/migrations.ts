@@ -146,6 +146,17 @@ export const MIGRATIONS: readonly { version: number; sql: string }[] = [
       ALTER TABLE jobtable_jobs ADD COLUMN cancel_requested INTEGER NOT NULL DEFAULT 0;
     `,
   },
+  {
+    version: 8,
+    sql: `
+      -- The claim reads the head of each of its kinds' queues, merged by
+      -- priority then seq: with the kind first, a backlog of a kind the
+      -- claimer does not take (another version's, or one at its
+      -- concurrency limit) is never stepped over.
+      DROP INDEX jobtable_jobs_queued;
+      CREATE INDEX jobtable_jobs_queued ON jobtable_jobs (kind, priority DESC, seq) WHERE status = 'queued';
+    `,
+  },
 ]
 
 /** The schema version this jobtable writes. */

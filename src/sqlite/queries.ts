@@ -30,54 +30,75 @@ export function insertJobs(rows: number): string {
 export const INSERT_ROWS_MAX = 50
 
 /**
- * One statement claims jobs for every idle worker, of the runner's kinds
- * only (`kinds` parameters @k0, @k1, ...: the statement is prepared once
- * per count). SQLite serializes writers, so the subquery's rows cannot be
- * claimed by anyone else between the SELECT and the UPDATE: no job is
- * claimed twice. The subquery walks the partial index jobtable_jobs_queued
- * (highest priority first, then seq) and tests each row's kind against
- * the list, so finished and scheduled rows cost nothing. The filter costs little: a claim of 10 from 50,000
- * queued rows took 89 µs without it, 93-99 µs with this list, and 101 µs
- * with the kinds as a JSON array through json_each (measured here).
- * started_at is never before the job's due time: the claimer's clock
- * reading may trail the promotion another process made.
+ * How each of a runner's kinds is claimed: `free` (no limit), `capped` (a
+ * `concurrency` limit) or `scoped` (a `scopeConcurrency` limit, and a
+ * `concurrency` one when set).
  */
-export function claimJobs(kinds: number): string {
+export type ClaimArm = 'free' | 'capped' | 'scoped'
+
+/**
+ * How many queued jobs of a kind with a scope limit one claim looks at,
+ * past those of scopes already at their limit. Bounds the claim's cost;
+ * a claim still takes at least one job whenever some scope has room, so
+ * the scopes beyond this window are reached by the claims after it.
+ */
+export const SCOPED_SCAN = 1000
+
+/** The running jobs of kind @k{i}: the running index holds only running rows, as many as there are workers. */
+function runningOf(i: number): string {
+  return `(SELECT count(*) FROM jobtable_jobs WHERE status = 'running' AND kind = @k${i})`
+}
+
+/**
+ * The queued jobs one kind may contribute to a claim, best first: the head
+ * of its queue in the index jobtable_jobs_queued (kind, priority DESC,
+ * seq). A `capped` kind contributes no more than its cap @cap{i} less its
+ * running jobs, counted in the same statement. A `scoped` one skips the
+ * jobs of scopes at their cap @scap{i}, ranks the rest within each scope,
+ * and takes a job only while its rank plus its scope's running count stays
+ * within the cap.
+ */
+function claimArm(arm: ClaimArm, i: number): string {
+  const k = `@k${i}`
+  if (arm === 'free') return `SELECT seq, priority FROM jobtable_jobs WHERE status = 'queued' AND kind = ${k} ORDER BY priority DESC, seq LIMIT @limit`
+  const cap = `max(0, min(@limit, @cap${i} - ${runningOf(i)}))`
+  if (arm === 'capped') return `SELECT seq, priority FROM jobtable_jobs WHERE status = 'queued' AND kind = ${k} ORDER BY priority DESC, seq LIMIT ${cap}`
+  return `SELECT seq, priority FROM (
+            SELECT q.seq, q.priority, q.busy, ROW_NUMBER() OVER (PARTITION BY q.scope ORDER BY q.priority DESC, q.seq) AS rank
+              FROM (SELECT c.seq, c.priority, c.scope, coalesce(b.n, 0) AS busy
+                      FROM jobtable_jobs c
+                      LEFT JOIN (SELECT scope, count(*) AS n FROM jobtable_jobs WHERE status = 'running' AND kind = ${k} GROUP BY scope) b
+                        ON b.scope IS c.scope
+                     WHERE c.status = 'queued' AND c.kind = ${k} AND coalesce(b.n, 0) < @scap${i}
+                     ORDER BY c.priority DESC, c.seq LIMIT ${SCOPED_SCAN}) q)
+          WHERE rank + busy <= @scap${i}
+          ORDER BY priority DESC, seq LIMIT ${cap}`
+}
+
+/**
+ * One statement claims jobs for every idle worker, of the runner's kinds
+ * only, one arm per kind (parameters @k0, @k1, ..., with @cap{i} and
+ * @scap{i} for limited kinds; prepared once per runner). Each arm reads
+ * the head of its own kind's queue in the index jobtable_jobs_queued
+ * (kind, priority DESC, seq), and the heads are merged by priority, then
+ * seq: a backlog of a kind the runner does not take, or may not take more
+ * of (at its limit), is never read past. SQLite serializes writers, so no
+ * other claim can come between the counts of running jobs and the update:
+ * no job is claimed twice and no limit is exceeded. started_at is never
+ * before the job's due time: the claimer's clock reading may trail the
+ * promotion another process made.
+ */
+export function claimJobs(arms: readonly ClaimArm[]): string {
+  const candidates =
+    arms.length === 1 && arms[0] === 'free'
+      ? `SELECT seq FROM jobtable_jobs WHERE status = 'queued' AND kind = @k0 ORDER BY priority DESC, seq LIMIT @limit`
+      : `SELECT seq FROM (${arms.map((arm, i) => `SELECT * FROM (${claimArm(arm, i)})`).join('\n UNION ALL ')})
+          ORDER BY priority DESC, seq LIMIT @limit`
   return `
   UPDATE jobtable_jobs
      SET status = 'running', attempt = attempt + 1, runner_id = @runnerId,
          started_at = max(@now, coalesce(run_at, @now)), updated_at = @now
-   WHERE seq IN (SELECT seq FROM jobtable_jobs
-                  WHERE status = 'queued' AND kind IN (${Array.from({ length: kinds }, (_, i) => `@k${i}`).join(', ')})
-                  ORDER BY priority DESC, seq LIMIT @limit)
-  RETURNING seq, id, kind, payload, attempt, max_attempts AS maxAttempts, timeout_ms AS timeoutMs`
-}
-
-/**
- * Claims jobs of one kind with limits: at most @limit, and no more than
- * @cap (concurrency) of the kind running in all, counted in the same
- * statement; SQLite serializes writers, so no other claim can slip in
- * between the count and the update. With `scoped`, also no more than
- * @scopeCap of the kind running per scope: each scope's queued jobs are
- * ranked, and a job is taken only while its rank plus its scope's running
- * count stays within the cap. That ranks every queued job of the kind:
- * its cost grows with the kind's backlog.
- */
-export function claimLimited(scoped: boolean): string {
-  const candidates = scoped
-    ? `SELECT seq FROM (
-         SELECT q.seq, q.priority,
-                ROW_NUMBER() OVER (PARTITION BY q.scope ORDER BY q.priority DESC, q.seq) AS rank,
-                (SELECT count(*) FROM jobtable_jobs r WHERE r.status = 'running' AND r.kind = @kind AND r.scope IS q.scope) AS busy
-           FROM jobtable_jobs q WHERE q.status = 'queued' AND q.kind = @kind)
-        WHERE rank + busy <= @scopeCap
-        ORDER BY priority DESC, seq`
-    : `SELECT seq FROM jobtable_jobs WHERE status = 'queued' AND kind = @kind ORDER BY priority DESC, seq`
-  return `
-  UPDATE jobtable_jobs
-     SET status = 'running', attempt = attempt + 1, runner_id = @runnerId, started_at = max(@now, coalesce(run_at, @now)), updated_at = @now
-   WHERE seq IN (${candidates}
-                  LIMIT max(0, min(@limit, @cap - (SELECT count(*) FROM jobtable_jobs WHERE status = 'running' AND kind = @kind))))
+   WHERE seq IN (${candidates})
   RETURNING seq, id, kind, payload, attempt, max_attempts AS maxAttempts, timeout_ms AS timeoutMs`
 }
 

@@ -118,6 +118,84 @@ describeEachBackend('concurrency limits', (backend) => {
     expect(started.filter((s) => s.startsWith('limited'))).toEqual(['limited-0', 'limited-1', 'limited-2', 'limited-3'])
   })
 
+  for (const withLimit of [false, true]) {
+    it(`claims across kinds by priority, then insertion order (${withLimit ? 'beside' : 'without'} a limited kind)`, async () => {
+      const runner = h.runner({ workers: 1 })
+      const started: string[] = []
+      const record = (name: string) => (p: { n: number }) => void started.push(`${name}${p.n}`)
+      const a = runner.register('a', { payload, handler: record('a') })
+      const b = runner.register('b', { payload, handler: record('b') })
+      // A limit that never binds here: it only takes the claim through the limited path.
+      const c = runner.register('c', { payload, ...(withLimit ? { concurrency: 5 } : {}), handler: record('c') })
+      const ids = [
+        await a.enqueue({ n: 0 }),
+        await b.enqueue({ n: 5 }, { priority: 5 }),
+        await c.enqueue({ n: 0 }),
+        await a.enqueue({ n: 5 }, { priority: 5 }),
+        await b.enqueue({ n: 0 }),
+        await c.enqueue({ n: 9 }, { priority: 9 }),
+      ]
+      const done = track(runner)
+      await runner.start()
+      await done.ends(ids)
+      expect(started).toEqual(['c9', 'b5', 'a5', 'a0', 'c0', 'b0'])
+    })
+  }
+
+  it('a limited kind is not held back by a backlog of another kind: its older job starts in the first claim', async () => {
+    const runner = h.runner({ workers: 3 })
+    const hold = gate()
+    const limited = defineKind('limited', { payload, concurrency: 1 })
+    runner.register(limited, async () => void (await hold.promise))
+    const free = runner.register('free', { payload, handler: async () => void (await hold.promise) })
+    const limitedIds = await h.runner().register(limited).enqueueMany([0, 1].map((n) => ({ n })))
+    const freeIds = await free.enqueueMany([0, 1, 2, 3, 4].map((n) => ({ n })))
+    const done = track(runner)
+    await runner.start()
+    await done.starts(3)
+    // Claimed by priority, then insertion order, across kinds: the oldest limited job and the two oldest free ones.
+    expect(done.started).toEqual([limitedIds[0], freeIds[0], freeIds[1]])
+    hold.open()
+    await done.ends([...limitedIds, ...freeIds])
+  })
+
+  it('scopeConcurrency: a household with a backlog at the head of the queue does not hold back the next household', async () => {
+    const runner = h.runner({ workers: 2 })
+    const hold = gate()
+    const plan = defineKind('plan_week', { payload, scopeConcurrency: 1 })
+    runner.register(plan, async () => void (await hold.promise))
+    const handle = h.runner().register(plan)
+    const first = await handle.enqueueMany(Array.from({ length: 5 }, (_, n) => ({ n })), { scope: 'h1' })
+    const second = await handle.enqueue({ n: 0 }, { scope: 'h2' })
+    const done = track(runner)
+    await runner.start()
+    await done.starts(2)
+    expect(done.started).toEqual([first[0], second])
+    hold.open()
+    await done.ends([...first, second])
+  })
+
+  it('scopeConcurrency: a household with more queued jobs than one claim looks at (1,000) does not hold back the next household', async () => {
+    const runner = h.runner({ workers: 2 })
+    const hold = gate()
+    const plan = defineKind('plan_week', { payload, scopeConcurrency: 1 })
+    let running = 0
+    runner.register(plan, async () => {
+      running++
+      await hold.promise
+    })
+    const handle = h.runner().register(plan)
+    const first = await handle.enqueueMany(Array.from({ length: 1_100 }, (_, n) => ({ n })), { scope: 'h1' })
+    const second = await handle.enqueue({ n: 0 }, { scope: 'h2' })
+    const done = track(runner)
+    await runner.start()
+    await done.starts(2)
+    expect(done.started).toEqual([first[0], second])
+    expect(running).toBe(2)
+    hold.open()
+    await done.ends([first[1]!, second])
+  })
+
   it('refuses a limit that is not a positive integer', () => {
     for (const concurrency of [0, -1, 1.5, '2']) {
       expect(() => defineKind('k', { payload, concurrency: concurrency as number })).toThrow(RegistrationError)
