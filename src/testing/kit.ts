@@ -5,11 +5,12 @@ import { join } from 'node:path'
 import Database from 'better-sqlite3'
 import type { StandardSchemaV1 } from '@standard-schema/spec'
 import type { ClaimedJob } from '../driver.js'
-import { ConfigError, DatabaseError, InvalidArgumentError, JobNotFoundError, RunnerStateError } from '../errors.js'
+import { ConfigError, DatabaseError, InvalidArgumentError, JobFailure, JobNotFoundError, JobSnooze, RunnerStateError } from '../errors.js'
 import { JOB_STATUSES, type Job, type JobStatus, type JsonValue } from '../job.js'
 import type { KindDef } from '../kind.js'
 import type { Logger } from '../logger.js'
 import { optionsObject } from '../options.js'
+import { isThenable } from '../payload.js'
 import { Runner, type Kind, type RunnerOptions } from '../runner/runner.js'
 import type { SqliteDatabase } from '../sqlite/database.js'
 import type { SqliteDriver } from '../sqlite/driver.js'
@@ -136,6 +137,14 @@ export interface TestKit<K = undefined> extends AsyncDisposable {
   /** Every job (or those the filter names) in insertion order. */
   jobs(filter?: JobsFilter): TestJob[]
   /**
+   * What the job's handler threw, other than a JobFailure or a snooze,
+   * one entry per attempt that threw: the error behind an
+   * `internal_error`, which jobtable never stores or logs. Handlers
+   * registered through `kit.runner` (or the `register` option) are
+   * watched for it; empty for a job whose handler threw nothing.
+   */
+  thrown(id: string): unknown[]
+  /**
    * The jobs of `kind` enqueued so far (in insertion order, whatever they
    * became since) whose payload holds every field of `payload` (see
    * PayloadMatch) and that have what `options` names.
@@ -259,6 +268,7 @@ class Kit<K> implements TestKit<K> {
   readonly #unlisten: () => void
   readonly #pokes = new Set<() => void>()
   #poked = false
+  readonly #thrown = new Map<string, unknown[]>()
   #state: 'new' | 'starting' | 'started' | 'closed' = 'new'
   #draining = false
   /** Set once the runner has stopped: the error a drain waiting then rejects with. */
@@ -282,6 +292,7 @@ class Kit<K> implements TestKit<K> {
     this.#running = db.prepare(`SELECT id, kind FROM jobtable_jobs WHERE status = 'running' ORDER BY seq`)
     this.#scheduled = db.prepare(`SELECT kind, min(run_at) AS due FROM jobtable_jobs WHERE status = 'scheduled' GROUP BY kind`)
     driver.changed = () => this.#poke()
+    this.#watchHandlers()
     // A moved clock may make jobs due: the started runner's scheduler looks again (drain promotes them itself too).
     this.#unlisten = clock.onChange(() => {
       if (this.#state === 'started') this.runner.wake()
@@ -418,6 +429,41 @@ class Kit<K> implements TestKit<K> {
       this.#poked = false
       for (const poke of [...this.#pokes]) poke()
     })
+  }
+
+  /**
+   * Makes the runner's `register` hand each handler over wrapped, so that
+   * what it throws is kept for `thrown(id)` before the runner turns it
+   * into a code. The runner sees the same outcome: the error is thrown on.
+   */
+  #watchHandlers(): void {
+    const register = this.runner.register.bind(this.runner) as (kind: unknown, second?: unknown) => unknown
+    const watch = (handler: (payload: unknown, ctx: { id: string }) => unknown) => (payload: unknown, ctx: { id: string }) => {
+      const keep = (err: unknown) => {
+        if (!(err instanceof JobFailure) && !(err instanceof JobSnooze)) this.#thrown.set(ctx.id, [...(this.#thrown.get(ctx.id) ?? []), err])
+        throw err
+      }
+      let result: unknown
+      try {
+        result = handler(payload, ctx)
+      } catch (err) {
+        return keep(err)
+      }
+      // A synchronous handler stays synchronous: the runner awaits only what is a promise.
+      return isThenable(result) ? Promise.resolve(result).catch(keep) : result
+    }
+    const watched = (kind: unknown, second?: unknown): unknown => {
+      if (typeof second === 'function') return register(kind, watch(second as never))
+      const handler: unknown = second !== null && typeof second === 'object' ? (second as { handler?: unknown }).handler : undefined
+      if (typeof kind === 'string' && typeof handler === 'function') return register(kind, { ...(second as object), handler: watch(handler as never) })
+      return register(kind, second)
+    }
+    Object.defineProperty(this.runner, 'register', { value: watched, configurable: true, writable: true })
+  }
+
+  thrown(id: string): unknown[] {
+    if (typeof id !== 'string') throw new InvalidArgumentError('thrown: id must be a string')
+    return [...(this.#thrown.get(id) ?? [])]
   }
 
   job(id: string): TestJob {

@@ -175,6 +175,39 @@ describe('testing: reading jobs', () => {
     expect(() => kit.job('01a00000-0000-7000-8000-000000000000')).toThrow(JobNotFoundError)
   })
 
+  it('kit.thrown() keeps what a handler threw behind its internal_error (neither a JobFailure nor a snooze), and the job fails as it would', async () => {
+    const bug = new TypeError("Cannot read properties of undefined (reading 'qty')")
+    const kit = await createTestKit({
+      clock: 0,
+      register: (runner) => ({
+        // The one-step form, retrying internal_error: a snooze (which gives its attempt back), a declared failure, then the bug on each of the three attempts left.
+        flaky: runner.register('flaky', {
+          payload: z.strictObject({}),
+          failures: ['busy'],
+          retry: { maxAttempts: 4, codes: ['busy', 'internal_error'], backoff: { baseMs: 0 } },
+          handler: async (_p, job) => {
+            if (job.attempt === 1) return job.snooze(0)
+            if (job.attempt === 2) return job.fail('busy')
+            throw bug
+          },
+        }),
+        // A definition with a synchronous handler.
+        sync: runner.register(ping, () => {
+          throw bug
+        }),
+      }),
+    })
+    open.push(kit as TestKit<unknown>)
+    const flaky = await kit.kinds.flaky.enqueue({})
+    const sync = await kit.kinds.sync.enqueue({ n: 1 })
+    await kit.drain({ advance: true })
+    expect(kit.job(flaky)).toMatchObject({ status: 'failed', error: 'internal_error', attempt: 5 })
+    expect(kit.thrown(flaky)).toEqual([bug, bug, bug])
+    expect(kit.job(sync)).toMatchObject({ status: 'failed', error: 'internal_error' })
+    expect(kit.thrown(sync)).toEqual([bug])
+    expect(kit.thrown('01a00000-0000-7000-8000-000000000000')).toEqual([])
+  })
+
   it('kit.jobs() lists in insertion order, filtered by kind, status and scope', async () => {
     const kit = await shopKit()
     const a = await kit.kinds.ping.enqueue({ n: 1 })
