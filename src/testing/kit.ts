@@ -304,13 +304,12 @@ class Kit<K> implements TestKit<K> {
     if (this.#state === 'closed') throw new RunnerStateError('testing: drain after close')
     if (this.#draining) throw new RunnerStateError('testing: a drain is already running; await it before the next')
     this.#draining = true
-    const order: string[] = []
-    const started = new Map<string, number>()
+    /** Each job started, once, in the order it first started (a Set keeps insertion order). */
+    const started = new Set<string>()
     const ran: Record<string, number> = {}
     const onClaim = (jobs: readonly ClaimedJob[]) => {
       for (const job of jobs) {
-        if (!started.has(job.id)) order.push(job.id)
-        started.set(job.id, (started.get(job.id) ?? 0) + 1)
+        started.add(job.id)
         ran[job.kind] = (ran[job.kind] ?? 0) + 1
       }
     }
@@ -322,7 +321,7 @@ class Kit<K> implements TestKit<K> {
       this.#driver.closeClaims()
       this.#draining = false
     }
-    return order.map((id) => this.job(id))
+    return [...started].map((id) => this.job(id))
   }
 
   async #start(): Promise<void> {
@@ -358,10 +357,12 @@ class Kit<K> implements TestKit<K> {
         if (!advance) return
         const due = this.#nextDue()
         if (due === null) return
-        if (due > this.clock.now()) this.clock.set(due)
-        continue
-      }
-      if (queuedCount > 0) {
+        if (due > this.clock.now()) {
+          this.clock.set(due)
+          continue
+        }
+        // Due already, yet still scheduled (its promotion was refused for now): wait, as for any other change.
+      } else if (queuedCount > 0) {
         if (this.#driver.budget === 0 && running === 0 && this.#driver.claimsInFlight === 0) throw new DrainLimitError(maxJobs, queued, ran)
         this.runner.wake()
       }
