@@ -284,7 +284,7 @@ async function drainShaped(client: pg.Client, schema: string, jobs: number, work
   const q = queries(`"${schema}"`)
   let done = 0
   const t0 = performance.now()
-  let claimed = (await client.query<Claimed>(prepared(q.claimJobs, [workers, 'floor', Date.now(), ['noop']]))).rows
+  let claimed = (await client.query<Claimed>(prepared(q.claimJobs, [['noop'], [null], [null], workers, 'floor', Date.now()]))).rows
   while (claimed.length > 0) {
     const next = await finishAndClaim(client, q, claimed, workers)
     done += claimed.length
@@ -347,6 +347,8 @@ async function finishAndClaim(client: pg.Client, q: ReturnType<typeof queries>, 
       workers,
       'floor',
       ['noop'],
+      [null],
+      [null],
     ]),
   )
   return rows.filter((r) => r.part === 'c')

@@ -221,28 +221,25 @@ export class PostgresDriver implements Driver<PgQueryable, false> {
   }
 
   async jobClaim({ limit, runnerId, kinds, limits, now }: ClaimParams & { now: number }): Promise<ClaimedJob[]> {
-    if (limits === undefined || limits.size === 0) return toClaimed((await this.#query<ClaimedRow>('claim jobs', this.#q.claimJobs, [limit, runnerId, now, kinds])).rows)
     const [caps, scopeCaps] = this.#limitArrays(kinds, limits)
-    return toClaimed((await this.#query<ClaimedRow>('claim jobs', this.#q.claimLimited, [kinds, caps, scopeCaps, limit, runnerId, now])).rows)
+    return toClaimed((await this.#query<ClaimedRow>('claim jobs', this.#q.claimJobs, [kinds, caps, scopeCaps, limit, runnerId, now])).rows)
   }
 
   /** Each kind's concurrency and scopeConcurrency, null for none, in the kinds' order; made once per kinds array. */
-  #limitArrays(kinds: readonly string[], limits: NonNullable<ClaimParams['limits']>): readonly [(number | null)[], (number | null)[]] {
+  #limitArrays(kinds: readonly string[], limits: ClaimParams['limits']): readonly [(number | null)[], (number | null)[]] {
     let arrays = this.#limitsOf.get(kinds)
     if (arrays === undefined) {
-      arrays = [kinds.map((k) => limits.get(k)?.concurrency ?? null), kinds.map((k) => limits.get(k)?.scopeConcurrency ?? null)]
+      arrays = [kinds.map((k) => limits?.get(k)?.concurrency ?? null), kinds.map((k) => limits?.get(k)?.scopeConcurrency ?? null)]
       this.#limitsOf.set(kinds, arrays)
     }
     return arrays
   }
 
-  /** Final writes and the next claim in one statement (see queries.finishAndClaimJobs and finishAndClaimLimited). */
+  /** Final writes and the next claim in one statement (see queries.finishAndClaimJobs). */
   async jobFinishManyAndClaim({ finishes, now, signal, claim }: FinishAndClaimParams): Promise<FinishAndClaimResult> {
     const { final, retried } = await this.#retryFirst(finishes, now, signal)
-    const limited = claim.limits !== undefined && claim.limits.size > 0
-    const values = [...finishValues(final, now), claim.limit, claim.runnerId, claim.kinds]
-    if (limited) values.push(...this.#limitArrays(claim.kinds, claim.limits!))
-    const rows = (await this.#query<ClaimedRow & { part: 'f' | 'c' }>('finish and claim jobs', limited ? this.#q.finishAndClaimLimited : this.#q.finishAndClaimJobs, values, signal)).rows
+    const values = [...finishValues(final, now), claim.limit, claim.runnerId, claim.kinds, ...this.#limitArrays(claim.kinds, claim.limits)]
+    const rows = (await this.#query<ClaimedRow & { part: 'f' | 'c' }>('finish and claim jobs', this.#q.finishAndClaimJobs, values, signal)).rows
     const changed = new Set(rows.filter((r) => r.part === 'f').map((r) => r.id))
     for (const id of retried) changed.add(id)
     return { applied: finishes.map((f) => changed.has(f.id)), claimed: toClaimed(rows.filter((r) => r.part === 'c')) }

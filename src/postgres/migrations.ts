@@ -151,7 +151,7 @@ export const MIGRATIONS: readonly Migration[] = [
       -- claims). The heads are merged by priority, then seq.
       CREATE FUNCTION ${s}.claim_jobs(p_kinds text[], p_caps integer[], p_scope_caps integer[], p_limit integer, p_runner text, p_now bigint)
         RETURNS TABLE (c_seq bigint, c_id text, c_kind text, c_payload text, c_attempt integer, c_max_attempts integer, c_timeout_ms integer)
-        LANGUAGE plpgsql VOLATILE AS $fn$
+        LANGUAGE plpgsql VOLATILE SET plan_cache_mode = force_generic_plan AS $fn$
       DECLARE
         k text;
       BEGIN
@@ -176,29 +176,38 @@ export const MIGRATIONS: readonly Migration[] = [
              SELECT q.seq, q.priority FROM ${s}.jobs q WHERE q.status = 'queued' AND q.kind = u.kind
               ORDER BY q.priority DESC, q.seq LIMIT p_limit FOR UPDATE SKIP LOCKED) h
            WHERE u.cap IS NULL AND u.scope_cap IS NULL
-        ), limited_heads AS (
+        ), capped_heads AS (
+          SELECT h.seq, h.priority FROM room
+           CROSS JOIN LATERAL (
+             SELECT q.seq, q.priority FROM ${s}.jobs q WHERE q.status = 'queued' AND q.kind = room.kind
+              ORDER BY q.priority DESC, q.seq LIMIT room.take) h
+           WHERE room.scope_cap IS NULL
+        ), scoped_heads AS (
           SELECT h.seq, h.priority FROM room
            CROSS JOIN LATERAL (
              SELECT ranked.seq, ranked.priority FROM (
-               SELECT c.seq, c.priority, c.busy,
-                      ROW_NUMBER() OVER (PARTITION BY c.scope ORDER BY c.priority DESC, c.seq) AS rank
+               SELECT w.seq, w.priority, w.busy,
+                      ROW_NUMBER() OVER (PARTITION BY w.scope ORDER BY w.priority DESC, w.seq) AS rank
                  FROM (SELECT q.seq, q.priority, q.scope,
                               coalesce((SELECT b.n FROM busy b WHERE b.kind = room.kind AND b.scope IS NOT DISTINCT FROM q.scope), 0) AS busy
-                         FROM ${s}.jobs q WHERE q.status = 'queued' AND q.kind = room.kind) c
-                WHERE room.scope_cap IS NULL OR c.busy < room.scope_cap
-                ORDER BY c.priority DESC, c.seq LIMIT CASE WHEN room.scope_cap IS NULL THEN room.take ELSE 1000 END) ranked
-              WHERE room.scope_cap IS NULL OR ranked.rank + ranked.busy <= room.scope_cap
+                         FROM ${s}.jobs q
+                        WHERE q.status = 'queued' AND q.kind = room.kind
+                          AND coalesce((SELECT b.n FROM busy b WHERE b.kind = room.kind AND b.scope IS NOT DISTINCT FROM q.scope), 0) < room.scope_cap
+                        ORDER BY q.priority DESC, q.seq LIMIT 1000) w) ranked
+              WHERE ranked.rank + ranked.busy <= room.scope_cap
               ORDER BY ranked.priority DESC, ranked.seq LIMIT room.take) h
+           WHERE room.scope_cap IS NOT NULL
         ), locked AS (
           SELECT q.seq, q.priority FROM ${s}.jobs q
-           WHERE q.seq IN (SELECT seq FROM limited_heads) AND q.status = 'queued' FOR UPDATE SKIP LOCKED
+           WHERE q.seq = ANY (ARRAY(SELECT seq FROM capped_heads UNION ALL SELECT seq FROM scoped_heads)) AND q.status = 'queued'
+             FOR UPDATE SKIP LOCKED
         ), next AS (
           SELECT seq FROM (SELECT * FROM free_heads UNION ALL SELECT * FROM locked) heads
            ORDER BY priority DESC, seq LIMIT p_limit
         ), claimed AS (
           UPDATE ${s}.jobs AS j
              SET status = 'running', attempt = j.attempt + 1, runner_id = p_runner, started_at = greatest(p_now, j.run_at), updated_at = p_now
-            FROM next WHERE j.seq = next.seq
+           WHERE j.seq = ANY (ARRAY(SELECT seq FROM next))
           RETURNING j.seq, j.id, j.kind, j.payload, j.attempt, j.max_attempts, j.timeout_ms
         )
         SELECT * FROM claimed;

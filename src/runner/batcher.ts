@@ -10,12 +10,23 @@
  * into two alternating writes, of 8 and 2 jobs, each waiting for the
  * other: half the jobs per write.)
  */
+/**
+ * The longest a chain of batches runs on microtasks alone before it waits
+ * for a turn of the event loop. Jobs whose handlers return at once, over
+ * SQLite's synchronous calls, finish, write and claim on microtasks only:
+ * without this, a backlog drained without ever letting timers, sockets or
+ * an HTTP request in (a 1 ms timer waited for the whole drain).
+ */
+const TURN_EVERY_MS = 10
+
 export class Batcher<T> {
   readonly #process: (items: T[]) => Promise<ItemErrors>
   readonly #maxBatch: number
   #queue: { item: T; resolve: () => void; reject: (err: unknown) => void }[] = []
   #running = false
   #idle: (() => void)[] = []
+  /** When the pending turn marker was set (see #starved); -1 when none is pending. */
+  #markerSince = -1
 
   /**
    * `process` writes a batch. It may throw, refusing every item with that
@@ -34,8 +45,10 @@ export class Batcher<T> {
       if (!this.#running) {
         this.#running = true
         // A microtask, not setImmediate: a lone write starts at once, and
-        // concurrent callers whose awaits resolve together still share it.
-        queueMicrotask(() => void this.#drain())
+        // concurrent callers whose awaits resolve together still share it;
+        // but a turn of the event loop first once TURN_EVERY_MS have gone by.
+        if (this.#starved()) setImmediate(() => void this.#drain())
+        else queueMicrotask(() => void this.#drain())
       }
     })
   }
@@ -49,6 +62,21 @@ export class Batcher<T> {
   idle(): Promise<void> {
     if (!this.#running) return Promise.resolve()
     return new Promise((resolve) => this.#idle.push(resolve))
+  }
+
+  /**
+   * Whether the event loop has had no turn for TURN_EVERY_MS: a marker
+   * set on an immediate is cleared at the loop's next turn, so one still
+   * pending that long means only microtasks have run since.
+   */
+  #starved(): boolean {
+    const now = performance.now()
+    if (this.#markerSince < 0) {
+      this.#markerSince = now
+      setImmediate(() => (this.#markerSince = -1))
+      return false
+    }
+    return now - this.#markerSince >= TURN_EVERY_MS
   }
 
   async #drain(): Promise<void> {

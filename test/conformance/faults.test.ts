@@ -44,9 +44,11 @@ describeEachBackend('database faults', (backend) => {
     const runner = h.runner({ driver: faulty.driver, workers: 2, logger: logs })
     const kind = runner.register('echo', { payload: echoPayload, handler: () => undefined })
     const done = track(runner)
-    await runner.start()
+    // Failing from before the start: the start's own claim may still be on its way to the database when
+    // start() returns, and would take the jobs enqueued next.
     const clear = faulty.failUntilCleared('jobClaim')
     const errors = claimErrors(4)
+    await runner.start()
     const ids = await kind.enqueueMany([{ n: 1 }, { n: 2 }, { n: 3 }])
     await errors
     expect(done.started).toEqual([])

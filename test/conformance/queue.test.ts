@@ -106,6 +106,27 @@ describeEachBackend('the table is the queue', (backend) => {
     expect(most).toBeLessThanOrEqual(workers)
   })
 
+  it('lets the event loop turn while it drains a backlog of handlers that return at once: a timer set at the start fires before the drain ends', async () => {
+    const runner = h.runner({ workers: 10 })
+    const kind = runner.register('noop', { payload: echoPayload, handler: () => null })
+    const total = 5_000
+    const ids: string[] = []
+    for (let i = 0; i < total; i += 1_000) ids.push(...(await kind.enqueueMany(Array.from({ length: 1_000 }, (_, j) => ({ n: i + j })))))
+    const done = track(runner)
+    let endedWhenTimerFired = -1
+    const fired = new Promise<void>((resolve) =>
+      setTimeout(() => {
+        endedWhenTimerFired = done.ended.size
+        resolve()
+      }, 0),
+    )
+    await runner.start()
+    await fired
+    await done.ends(ids)
+    // Before the fix, sync handlers over SQLite finished, wrote and claimed on microtasks alone: the timer waited for all of them.
+    expect(endedWhenTimerFired).toBeLessThan(total)
+  })
+
   it('runs a job enqueued before the process stopped once a new runner opens the store', async () => {
     const first = h.runner()
     const kind = first.register('echo', { payload: echoPayload, handler: () => 'ran' })
