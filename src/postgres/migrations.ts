@@ -180,7 +180,7 @@ export const MIGRATIONS: readonly Migration[] = [
           SELECT h.seq, h.priority FROM room
            CROSS JOIN LATERAL (
              SELECT q.seq, q.priority FROM ${s}.jobs q WHERE q.status = 'queued' AND q.kind = room.kind
-              ORDER BY q.priority DESC, q.seq LIMIT room.take) h
+              ORDER BY q.priority DESC, q.seq LIMIT room.take FOR UPDATE SKIP LOCKED) h
            WHERE room.scope_cap IS NULL
         ), scoped_heads AS (
           SELECT h.seq, h.priority FROM room
@@ -197,12 +197,12 @@ export const MIGRATIONS: readonly Migration[] = [
               WHERE ranked.rank + ranked.busy <= room.scope_cap
               ORDER BY ranked.priority DESC, ranked.seq LIMIT room.take) h
            WHERE room.scope_cap IS NOT NULL
-        ), locked AS (
-          SELECT q.seq, q.priority FROM ${s}.jobs q
-           WHERE q.seq = ANY (ARRAY(SELECT seq FROM capped_heads UNION ALL SELECT seq FROM scoped_heads)) AND q.status = 'queued'
-             FOR UPDATE SKIP LOCKED
+        ), scoped_locked AS (
+          SELECT l.seq, l.priority FROM unnest(ARRAY(SELECT seq FROM scoped_heads)) AS c(seq)
+           CROSS JOIN LATERAL (
+             SELECT q.seq, q.priority FROM ${s}.jobs q WHERE q.seq = c.seq AND q.status = 'queued' FOR UPDATE SKIP LOCKED) l
         ), next AS (
-          SELECT seq FROM (SELECT * FROM free_heads UNION ALL SELECT * FROM locked) heads
+          SELECT seq FROM (SELECT * FROM free_heads UNION ALL SELECT * FROM capped_heads UNION ALL SELECT * FROM scoped_locked) heads
            ORDER BY priority DESC, seq LIMIT p_limit
         ), claimed AS (
           UPDATE ${s}.jobs AS j

@@ -187,13 +187,19 @@ export function queries(s: string) {
 
     /**
      * The kinds of queued jobs that no runner with a live lease has. It
-     * reads every queued row: maintenance runs it at most once a minute by
-     * default.
+     * jumps from one kind to the next in the index jobs_queued (kind
+     * first), reading one entry per kind rather than every queued row.
      */
     unservedKinds: `
-      SELECT DISTINCT j.kind FROM ${s}.jobs j
-       WHERE j.status = 'queued'
-         AND NOT EXISTS (SELECT 1 FROM ${s}.runners r WHERE r.expires_at >= ${dbNowMs} AND j.kind = ANY(r.kinds))`,
+      WITH RECURSIVE queued(kind) AS (
+        (SELECT kind FROM ${s}.jobs WHERE status = 'queued' ORDER BY kind LIMIT 1)
+        UNION ALL
+        SELECT (SELECT j.kind FROM ${s}.jobs j WHERE j.status = 'queued' AND j.kind > q.kind ORDER BY j.kind LIMIT 1)
+          FROM queued q WHERE q.kind IS NOT NULL
+      )
+      SELECT q.kind FROM queued q
+       WHERE q.kind IS NOT NULL
+         AND NOT EXISTS (SELECT 1 FROM ${s}.runners r WHERE r.expires_at >= ${dbNowMs} AND q.kind = ANY(r.kinds))`,
 
     /** Fails the queued jobs enqueued before $1 whose kind no runner with a live lease has. */
     failUnserved: `

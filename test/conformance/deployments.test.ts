@@ -17,6 +17,25 @@ const kindB = defineKind('b', {
 describeEachBackend('deployments', (backend) => {
   const h = harness(backend)
 
+  it('the unserved kinds are exactly the kinds of queued jobs no live runner has, whatever the order of the kinds', async () => {
+    const payload = z.strictObject({ n: z.number().int() })
+    const serving = h.runner({ workers: 1 })
+    const hold = gate()
+    for (const kind of ['b', 'd']) serving.register(kind, { payload, handler: async () => void (await hold.promise) })
+    const web = h.runner()
+    const handles = Object.fromEntries(['a', 'b', 'c', 'd', 'e'].map((kind) => [kind, web.register(defineKind(kind, { payload }))]))
+    // Enqueued out of the kinds' order, several of some, one of others.
+    for (const kind of ['e', 'b', 'a', 'e', 'd', 'c', 'a', 'b']) await handles[kind]!.enqueue({ n: 0 })
+    await serving.start()
+    const driver = h.store.driver()
+    try {
+      expect((await driver.queueUnservedKinds({ now: Date.now() })).sort()).toEqual(['a', 'c', 'e'])
+    } finally {
+      await driver.close()
+      hold.open()
+    }
+  })
+
   it('a rolling deploy: runners with different kinds share the queue, and every job of the new kind runs on the runner that has it', async () => {
     const old = h.runner({ workers: 2 }) // the old version: kind a only
     const ran = new Map<string, string>()
