@@ -421,7 +421,7 @@ export async function limited(warmStore: Store, aloneStore: Store, limitedStore:
   // Each repeat's own figures (the table shows medians taken column by column).
   console.error(
     `bench: limited: ${Math.round(m.jobs_per_s)}/s beside ${jobs} limited to ${LIMITED_CONCURRENCY}; alone ${Math.round(before.jobs_per_s)}/s before, ${Math.round(after.jobs_per_s)}/s after; ` +
-      `ratio ${(m.jobs_per_s / aloneRate).toFixed(3)} (cpu ${(aloneCpu / m.cpu_us_per_job).toFixed(3)}); limited: at most ${x['limited_max_running']} running at once, ` +
+      `ratio ${(m.jobs_per_s / aloneRate).toFixed(3)} (cpu ${(aloneCpu / m.cpu_us_per_job).toFixed(3)}; both kinds ${((m.jobs_per_s + ((m.extra as Record<string, number>)['limited_jobs_per_s'] ?? 0)) / aloneRate).toFixed(3)}); limited: at most ${x['limited_max_running']} running at once, ` +
       `${x['limited_done_in_window']} done in the window (${Math.round(x['limited_jobs_per_s'] ?? Number.NaN)}/s), ${Math.round(x['limited_tail_jobs_per_s'] ?? Number.NaN)}/s alone after it, ${x['limited_succeeded']} succeeded and ${x['limited_queued']} queued after stop (${Math.round(x['stop_ms'] ?? Number.NaN)} ms)`,
   )
   return {
@@ -439,6 +439,18 @@ export async function limited(warmStore: Store, aloneStore: Store, limitedStore:
        * sits below 1 even at no cost to the claim.
        */
       cpu_ratio_to_alone: aloneCpu / m.cpu_us_per_job,
+      /**
+       * Both kinds' jobs per second in the window over the no-op kind's
+       * alone: the limited jobs run on the same workers and claims, so this
+       * is what the limit costs the runner as a whole.
+       */
+      all_ratio_to_alone: (m.jobs_per_s + (x['limited_jobs_per_s'] ?? 0)) / aloneRate,
+      /**
+       * The no-op kind's share of the workers while the limited kind holds
+       * its LIMITED_CONCURRENCY: the ratio a backend whose rate follows its
+       * worker count (PostgreSQL's round trips) reaches at no cost to the claim.
+       */
+      worker_share: (workers - LIMITED_CONCURRENCY) / workers,
       ...x,
     },
   }
