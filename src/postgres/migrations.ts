@@ -141,7 +141,9 @@ export const MIGRATIONS: readonly Migration[] = [
       -- its own after the locks, with a snapshot that sees every claim
       -- committed before them (a function's statements take their own
       -- snapshot under READ COMMITTED; one statement alone would count with
-      -- a snapshot from before its lock). Each kind gives the head of its
+      -- a snapshot from before its lock; under REPEATABLE READ or
+      -- SERIALIZABLE the snapshot is the transaction's, so such a claim is
+      -- refused). Each kind gives the head of its
       -- queue: a free kind up to $4 rows locked SKIP LOCKED, as claimJobs;
       -- a limited one no more than its cap less its running jobs, and with
       -- a scope cap, skipping the scopes at their cap, ranking the rest
@@ -151,12 +153,16 @@ export const MIGRATIONS: readonly Migration[] = [
       -- claims). The heads are merged by priority, then seq.
       CREATE FUNCTION ${s}.claim_jobs(p_kinds text[], p_caps integer[], p_scope_caps integer[], p_limit integer, p_runner text, p_now bigint)
         RETURNS TABLE (c_seq bigint, c_id text, c_kind text, c_payload text, c_attempt integer, c_max_attempts integer, c_timeout_ms integer)
-        LANGUAGE plpgsql VOLATILE SET plan_cache_mode = force_generic_plan AS $fn$
+        LANGUAGE plpgsql VOLATILE SET plan_cache_mode = force_generic_plan SET enable_seqscan = off AS $fn$
       DECLARE
         k text;
       BEGIN
         FOR k IN SELECT DISTINCT u.kind FROM unnest(p_kinds, p_caps, p_scope_caps) AS u(kind, cap, scope_cap)
                   WHERE u.cap IS NOT NULL OR u.scope_cap IS NOT NULL ORDER BY u.kind LOOP
+          IF current_setting('transaction_isolation') <> 'read committed' THEN
+            RAISE EXCEPTION 'jobtable: a claim with concurrency limits needs READ COMMITTED, not %', current_setting('transaction_isolation')
+              USING ERRCODE = '55000';
+          END IF;
           PERFORM pg_advisory_xact_lock(hashtext('jobtable:limit:${s}'), hashtext(k));
         END LOOP;
         RETURN QUERY
