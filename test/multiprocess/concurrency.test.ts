@@ -9,10 +9,27 @@ import { defineKind, Runner } from 'jobtable'
 import { postgres } from 'jobtable/postgres'
 import { sqlite } from 'jobtable/sqlite'
 import { PG_URL, postgresBackend, testSchema } from '../support/backends.js'
-import { eventually, spawnWorker, type WorkerProcess } from './processes.js'
+import { eventually, readSqlite, spawnWorker, sqliteLedger, type WorkerProcess } from './processes.js'
 
 const silent = { debug() {}, info() {}, warn() {}, error() {} }
 const limited = defineKind('ledgered', { payload: z.strictObject({ ms: z.number().int() }), concurrency: 2 })
+const perHousehold = defineKind('ledgered', { payload: z.strictObject({ ms: z.number().int() }), scopeConcurrency: 1 })
+const HOUSEHOLDS = ['h1', 'h2', 'h3']
+
+/** What each handler saw running at its start (worker-process.ts's `seen`), from every SQLite process's ledger file in `dir`. */
+function sqliteSeen(dir: string): { job_id: string; running: number; scope_running: number }[] {
+  return readdirSync(dir)
+    .filter((f) => /^ledger-\d+\.db$/.test(f))
+    .flatMap((f) => readSqlite<{ job_id: string; running: number; scope_running: number }>(join(dir, f), 'SELECT job_id, running, scope_running FROM seen'))
+}
+
+/** Ten jobs per household, enqueued household by household, so each household's backlog sits in one block. */
+async function enqueueHouseholds(web: Runner): Promise<string[]> {
+  const handle = web.register(perHousehold)
+  const ids: string[] = []
+  for (const scope of HOUSEHOLDS) ids.push(...(await handle.enqueueMany(Array.from({ length: 10 }, () => ({ ms: 15 })), { scope })))
+  return ids
+}
 
 describe('concurrency limits across processes', () => {
   let children: WorkerProcess[] = []
@@ -35,29 +52,12 @@ describe('concurrency limits across processes', () => {
       spawnWorker({ JT_BACKEND: 'sqlite', JT_SQLITE_PATH: path, JT_LEDGER: join(dir, 'ledger'), JT_WORKERS: '4', JT_CONCURRENCY: '2', JT_POLL_MS: '20' }),
     )
     await Promise.all(children.map((c) => c.ready))
-    const read = <R>(text: string) => {
-      const db = new Database(path, { readonly: true })
-      try {
-        return db.prepare(text).all() as R[]
-      } finally {
-        db.close()
-      }
-    }
-    await eventually(async () => read<{ n: number }>(`SELECT count(*) AS n FROM jobtable_jobs WHERE status <> 'succeeded'`)[0]!.n === 0, 50)
-    const rows = read<{ id: string; attempt: number }>(`SELECT id, attempt FROM jobtable_jobs`)
+    await eventually(async () => readSqlite<{ n: number }>(path, `SELECT count(*) AS n FROM jobtable_jobs WHERE status <> 'succeeded'`)[0]!.n === 0, 50)
+    const rows = readSqlite<{ id: string; attempt: number }>(path, `SELECT id, attempt FROM jobtable_jobs`)
     expect(rows).toHaveLength(ids.length)
     for (const r of rows) expect(r.attempt).toBe(1)
-    // What each handler saw running in the database at its start, from every process's ledger.
-    const seen = readdirSync(dir)
-      .filter((f) => /^ledger-\d+\.db$/.test(f))
-      .flatMap((f) => {
-        const db = new Database(join(dir, f), { readonly: true })
-        try {
-          return db.prepare('SELECT job_id, running FROM seen').all() as { job_id: string; running: number }[]
-        } finally {
-          db.close()
-        }
-      })
+    expect([...sqliteLedger(dir).values()]).toEqual(ids.map(() => 1))
+    const seen = sqliteSeen(dir)
     expect(new Set(seen.map((r) => r.job_id)).size).toBe(ids.length)
     expect(Math.max(...seen.map((r) => r.running))).toBeLessThanOrEqual(2)
     expect(Math.max(...seen.map((r) => r.running))).toBe(2)
@@ -74,7 +74,7 @@ describe('concurrency limits across processes', () => {
     cleanup.push(() => web.close())
     const ids = await web.register(limited).enqueueMany(Array.from({ length: 60 }, () => ({ ms: 15 })))
     await admin.query(`CREATE TABLE "${schema}".ledger (job_id text NOT NULL, token text PRIMARY KEY)`)
-    await admin.query(`CREATE TABLE "${schema}".seen (job_id text NOT NULL, running int NOT NULL)`)
+    await admin.query(`CREATE TABLE "${schema}".seen (job_id text NOT NULL, running int NOT NULL, scope_running int NOT NULL)`)
     children = Array.from({ length: 3 }, () =>
       spawnWorker({ JT_BACKEND: 'postgres', JT_PG_URL: PG_URL, JT_SCHEMA: schema, JT_WORKERS: '4', JT_CONCURRENCY: '2' }),
     )
@@ -91,5 +91,49 @@ describe('concurrency limits across processes', () => {
     expect(seen).toHaveLength(ids.length)
     expect(Math.max(...seen)).toBeLessThanOrEqual(2)
     expect(Math.max(...seen)).toBe(2)
+  }, 60_000)
+  it('sqlite: 3 processes x 4 workers, at most one job per household: no handler ever sees two of its household running, households run side by side, each job starts once', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'jobtable-scope-'))
+    cleanup.push(() => rmSync(dir, { recursive: true, force: true }))
+    const path = join(dir, 'jobs.db')
+    const web = new Runner({ driver: sqlite({ path }), logger: silent })
+    cleanup.push(() => web.close())
+    const ids = await enqueueHouseholds(web)
+    children = Array.from({ length: 3 }, () =>
+      spawnWorker({ JT_BACKEND: 'sqlite', JT_SQLITE_PATH: path, JT_LEDGER: join(dir, 'ledger'), JT_WORKERS: '4', JT_SCOPE_CONCURRENCY: '1', JT_POLL_MS: '20' }),
+    )
+    await Promise.all(children.map((c) => c.ready))
+    await eventually(async () => readSqlite<{ n: number }>(path, `SELECT count(*) AS n FROM jobtable_jobs WHERE status <> 'succeeded'`)[0]!.n === 0, 50)
+    expect([...sqliteLedger(dir).values()]).toEqual(ids.map(() => 1))
+    const seen = sqliteSeen(dir)
+    expect(new Set(seen.map((r) => r.job_id)).size).toBe(ids.length)
+    expect(Math.max(...seen.map((r) => r.scope_running))).toBe(1)
+    expect(Math.max(...seen.map((r) => r.running))).toBeGreaterThan(1)
+  }, 60_000)
+
+  it.skipIf(postgresBackend().skip !== undefined)('postgres: 3 processes x 4 workers, at most one job per household: no handler ever sees two of its household running, households run side by side, each job starts once', async () => {
+    const schema = testSchema()
+    const admin = new pg.Pool({ connectionString: PG_URL, max: 2 })
+    cleanup.push(async () => {
+      await admin.query(`DROP SCHEMA IF EXISTS "${schema}" CASCADE`)
+      await admin.end()
+    })
+    const web = new Runner({ driver: postgres({ connectionString: PG_URL, schema }), logger: silent })
+    cleanup.push(() => web.close())
+    const ids = await enqueueHouseholds(web)
+    await admin.query(`CREATE TABLE "${schema}".ledger (job_id text NOT NULL, token text PRIMARY KEY)`)
+    await admin.query(`CREATE TABLE "${schema}".seen (job_id text NOT NULL, running int NOT NULL, scope_running int NOT NULL)`)
+    children = Array.from({ length: 3 }, () =>
+      spawnWorker({ JT_BACKEND: 'postgres', JT_PG_URL: PG_URL, JT_SCHEMA: schema, JT_WORKERS: '4', JT_SCOPE_CONCURRENCY: '1' }),
+    )
+    await Promise.all(children.map((c) => c.ready))
+    await eventually(async () => (await admin.query(`SELECT count(*)::int AS n FROM "${schema}".jobs WHERE status <> 'succeeded'`)).rows[0].n === 0, 50)
+    const starts = (await admin.query(`SELECT job_id, count(*)::int AS n FROM "${schema}".ledger GROUP BY job_id`)).rows
+    expect(starts).toHaveLength(ids.length)
+    for (const s of starts) expect(s.n).toBe(1)
+    const seen = (await admin.query<{ running: number; scope_running: number }>(`SELECT running, scope_running FROM "${schema}".seen`)).rows
+    expect(seen).toHaveLength(ids.length)
+    expect(Math.max(...seen.map((r) => r.scope_running))).toBe(1)
+    expect(Math.max(...seen.map((r) => r.running))).toBeGreaterThan(1)
   }, 60_000)
 })

@@ -45,9 +45,10 @@ const logger = { debug() {}, info() {}, warn: line('warn'), error: line('error')
 let driver: Driver
 let record: (jobId: string) => Promise<void>
 /**
- * With JT_CONCURRENCY: records, at a handler's start, how many jobs of its
- * kind the database holds running then (its own included), in a table
- * `seen (job_id, running)` (PostgreSQL: `<schema>.seen`, made by the test;
+ * With JT_CONCURRENCY or JT_SCOPE_CONCURRENCY: records, at a handler's
+ * start, how many jobs of its kind the database holds running then, in
+ * all and in the job's scope (its own included), in a table `seen
+ * (job_id, running, scope_running)` (PostgreSQL: `<schema>.seen`, made by the test;
  * SQLite: this process's ledger file). A limit broken for a moment shows.
  */
 let recordRunning: (jobId: string, kind: string) => Promise<void> = async () => undefined
@@ -65,7 +66,9 @@ if (backend === 'postgres') {
   ledger.on('error', () => undefined)
   recordRunning = async (jobId, kind) => {
     await ledger.query(
-      `INSERT INTO "${schema}".seen (job_id, running) SELECT $1, count(*) FROM "${schema}".jobs WHERE status = 'running' AND kind = $2`,
+      `INSERT INTO "${schema}".seen (job_id, running, scope_running)
+       SELECT $1, count(*), count(*) FILTER (WHERE r.scope IS NOT DISTINCT FROM (SELECT j.scope FROM "${schema}".jobs j WHERE j.id = $1))
+         FROM "${schema}".jobs r WHERE r.status = 'running' AND r.kind = $2`,
       [jobId, kind],
     )
   }
@@ -94,26 +97,38 @@ if (backend === 'postgres') {
   ledger.exec('CREATE TABLE IF NOT EXISTS ledger (job_id TEXT NOT NULL, token TEXT NOT NULL)')
   const insert = ledger.prepare('INSERT INTO ledger (job_id, token) VALUES (?, ?)')
   record = async (jobId) => void insert.run(jobId, randomUUID())
-  ledger.exec('CREATE TABLE IF NOT EXISTS seen (job_id TEXT NOT NULL, running INTEGER NOT NULL)')
+  ledger.exec('CREATE TABLE IF NOT EXISTS seen (job_id TEXT NOT NULL, running INTEGER NOT NULL, scope_running INTEGER NOT NULL)')
   const jobs = new Database(env('JT_SQLITE_PATH'), { readonly: true })
   jobs.pragma('busy_timeout = 5000')
-  const count = jobs.prepare(`SELECT count(*) AS n FROM jobtable_jobs WHERE status = 'running' AND kind = ?`)
-  const seen = ledger.prepare('INSERT INTO seen (job_id, running) VALUES (?, ?)')
-  recordRunning = async (jobId, kind) => void seen.run(jobId, (count.get(kind) as { n: number }).n)
+  // One statement, so both counts come from one snapshot of the file.
+  const count = jobs.prepare(
+    `SELECT count(*) AS n, count(*) FILTER (WHERE r.scope IS (SELECT j.scope FROM jobtable_jobs j WHERE j.id = @id)) AS inScope
+       FROM jobtable_jobs r WHERE r.status = 'running' AND r.kind = @kind`,
+  )
+  const seen = ledger.prepare('INSERT INTO seen (job_id, running, scope_running) VALUES (?, ?, ?)')
+  recordRunning = async (jobId, kind) => {
+    const { n, inScope } = count.get({ id: jobId, kind }) as { n: number; inScope: number }
+    seen.run(jobId, n, inScope)
+  }
 }
 
 const runner = new Runner({ driver, workers, logger })
 // JT_KINDS: the kinds this process has handlers for (default `ledgered`); a
 // rolling deploy runs processes of an older set beside a newer one.
 // JT_CONCURRENCY: a limit on each of those kinds' running jobs across every process.
-const concurrency = process.env['JT_CONCURRENCY'] ? { concurrency: Number(process.env['JT_CONCURRENCY']) } : {}
+// JT_SCOPE_CONCURRENCY: a limit on each of those kinds' running jobs per scope across every process.
+const concurrency = {
+  ...(process.env['JT_CONCURRENCY'] ? { concurrency: Number(process.env['JT_CONCURRENCY']) } : {}),
+  ...(process.env['JT_SCOPE_CONCURRENCY'] ? { scopeConcurrency: Number(process.env['JT_SCOPE_CONCURRENCY']) } : {}),
+}
+const countsRunning = process.env['JT_CONCURRENCY'] !== undefined || process.env['JT_SCOPE_CONCURRENCY'] !== undefined
 for (const kind of (process.env['JT_KINDS'] ?? 'ledgered').split(',')) {
   runner.register(kind, {
     ...concurrency,
     payload: z.strictObject({ ms: z.number().int() }),
     handler: async ({ ms }, job) => {
       await record(job.id)
-      if (process.env['JT_CONCURRENCY']) await recordRunning(job.id, job.kind)
+      if (countsRunning) await recordRunning(job.id, job.kind)
       if (ms > 0) await new Promise((r) => setTimeout(r, ms))
     },
   })

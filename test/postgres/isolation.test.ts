@@ -20,7 +20,9 @@ describe.skipIf(skip !== undefined)('postgres: isolation level of the claim', ()
   const t = pgSchemaPerTest()
 
   function repeatableReadPool(): pg.Pool {
-    return t.closeAfter(Object.assign(new pg.Pool({ connectionString: PG_URL, options: '-c default_transaction_isolation=repeatable\\ read' }), { close() { return this.end() } }))
+    const pool = new pg.Pool({ connectionString: PG_URL, options: '-c default_transaction_isolation=repeatable\\ read' })
+    t.closeAfter({ close: () => pool.end() })
+    return pool
   }
 
   it('a runner with a limited kind stops with a DatabaseError under REPEATABLE READ, leaving its jobs queued', async () => {
