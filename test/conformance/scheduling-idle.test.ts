@@ -1,6 +1,7 @@
 import { describe, expect, it } from 'vitest'
 import { defineKind, type Driver, type Runner } from 'jobtable'
 import { postgresBackend, sqliteBackend, type Backend } from '../support/backends.js'
+import { FaultyDriver } from '../support/faults.js'
 import { echoPayload, harness } from '../support/harness.js'
 import { gate, track } from '../support/wait.js'
 
@@ -38,6 +39,24 @@ describe.each(idleBackends)('$name: a scheduled job starts at its due time with 
     if (readBy < job.runAt!) expect(job.status).toBe('scheduled')
     return job.runAt!
   }
+
+  it('a held clock with a job due 5 ms ahead on it is not looked at again every 5 ms; once the clock moves, a wake runs the job', async () => {
+    const faulty = new FaultyDriver(h.store.driver())
+    let now = 1_000_000_000_000
+    const runner = h.runner({ driver: faulty.driver, workers: 1, clock: () => now })
+    const { kind, done } = await started(runner)
+    await runner.start()
+    const id = await kind.enqueue({ n: 1 }, { delayMs: 5 })
+    const before = faulty.calls['jobPromoteDue'] ?? 0
+    // 200 real ms with the clock held: a timer re-armed for the 5 ms left would fire about 40 times.
+    await new Promise((resolve) => setTimeout(resolve, 200))
+    expect((faulty.calls['jobPromoteDue'] ?? 0) - before).toBeLessThanOrEqual(2)
+    expect((await runner.get(id)).status).toBe('scheduled')
+    now += 5
+    runner.wake()
+    await done.ends([id])
+    expect((await runner.get(id)).status).toBe('succeeded')
+  })
 
   it('delayMs 300 enqueued on an idle started runner of this process starts by itself, not before its runAt, once', async () => {
     const s = await started()

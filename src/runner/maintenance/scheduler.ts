@@ -29,6 +29,8 @@ export class Scheduler {
   /** The earliest due time noted during a pass: the pass's read of the database may predate that job's insert. */
   #notedDuringPass: number | null = null
   #timer: NodeJS.Timeout | undefined
+  /** The clock's reading and the wait when the timer was last set for a due time, and whether that timer has fired since. */
+  #armed: { at: number; wait: number; fired: boolean } | undefined
   #pass: Promise<void> | undefined
   #again = false
   #stopped = false
@@ -102,12 +104,27 @@ export class Scheduler {
     this.#arm()
   }
 
-  /** Sleeps until the nearest due time known, or the poll interval, whichever is sooner. */
+  /**
+   * Sleeps until the nearest due time known, or the poll interval,
+   * whichever is sooner. A clock that did not move on while the last
+   * timer for a due time slept (a test's, held still) is not followed
+   * with another short sleep, which would fire every few milliseconds
+   * until it moves: the poll interval, or a wake after the clock moves,
+   * comes first.
+   */
   #arm(): void {
     clearTimeout(this.#timer)
     if (this.#stopped) return
-    const wait = this.#next === null ? this.#pollMs : Math.min(this.#pollMs, Math.max(0, this.#next - this.#clock()))
-    this.#timer = setTimeout(() => void this.tick(), wait)
+    const now = this.#clock()
+    let wait = this.#next === null ? this.#pollMs : Math.min(this.#pollMs, Math.max(0, this.#next - now))
+    const last = this.#armed
+    if (wait > 0 && wait < this.#pollMs && last !== undefined && last.fired && now < last.at + last.wait / 2) wait = this.#pollMs
+    const armed = { at: now, wait, fired: false }
+    this.#armed = armed
+    this.#timer = setTimeout(() => {
+      armed.fired = true
+      void this.tick()
+    }, wait)
     this.#timer.unref()
   }
 
