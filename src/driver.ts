@@ -18,10 +18,16 @@ export interface Driver<Tx = unknown, TxSync extends boolean = boolean> {
   readonly name: string
   readonly capabilities: DriverCapabilities<TxSync>
 
-  /** Stores queued jobs, all in one transaction. */
-  jobInsertMany(params: { jobs: readonly NewJob[]; now: number }): Promise<void>
-  /** Stores queued jobs through the caller's own transaction handle. */
-  jobInsertTx(params: { tx: Tx; jobs: readonly NewJob[]; now: number }): TxSync extends true ? void : Promise<void>
+  /**
+   * Stores queued jobs, all in one transaction. A job with a `uniqueKey`
+   * is not stored while a job of its kind, scope and key is scheduled,
+   * queued or running: the result then holds that job's id at its index
+   * (null where the job was stored). Without unique keys in the batch it
+   * may return nothing.
+   */
+  jobInsertMany(params: { jobs: readonly NewJob[]; now: number }): Promise<InsertResult>
+  /** Stores queued jobs through the caller's own transaction handle, unique keys as in jobInsertMany. */
+  jobInsertTx(params: { tx: Tx; jobs: readonly NewJob[]; now: number }): TxSync extends true ? InsertResult : Promise<InsertResult>
   /**
    * Marks up to `limit` of the oldest queued jobs (insertion order) whose
    * kind is one of `kinds` running under a new claim by `runnerId`, and
@@ -220,6 +226,21 @@ export interface NewJob {
   readonly timeoutMs: number | null
   /** Whether a crash queues it again (an idempotent kind) rather than failing it as interrupted. */
   readonly requeueInterrupted: boolean
+  /** With its kind and scope, the key no other live job may hold (see jobInsertMany); null or absent for none. */
+  readonly uniqueKey?: string | null
+}
+
+/**
+ * Per job of an insert, in order: null where it was stored, the id of the
+ * live job holding its unique key where it was not. Nothing (void) when
+ * the batch had no unique keys.
+ */
+export type InsertResult = readonly (string | null)[] | void
+
+/** Whether any job of a batch has a unique key: the drivers' plain inserts serve a batch without. */
+export function hasUniqueKey(jobs: readonly NewJob[]): boolean {
+  for (const job of jobs) if (job.uniqueKey !== undefined && job.uniqueKey !== null) return true
+  return false
 }
 
 /** What jobList filters on. */

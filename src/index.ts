@@ -4,11 +4,11 @@
  * and hand it to a Runner.
  */
 export { Runner, jobStartChannel, jobEndChannel, claimErrorChannel } from './runner/runner.js'
-export type { RunnerOptions, StopOptions, Kind, TxOf, TxResult, JobEvent, EnqueueOptions, ListOptions, JobPage } from './runner/runner.js'
+export type { RunnerOptions, StopOptions, Kind, TxOf, TxResult, JobEvent, EnqueueOptions, UniqueEnqueue, ListOptions, JobPage } from './runner/runner.js'
 export { defineKind } from './kind.js'
 export type { JobContext, KindDefinition, KindDef, KindOptions, Handler, RetryOptions, KindLimit } from './kind.js'
 export type { Logger } from './logger.js'
-export type { CancelResult, WakeReason, Driver, DriverCapabilities, LivenessCapability, NewJob, ClaimedJob, ClaimParams, FinishAndClaimParams, FinishAndClaimResult, JobFinish, JobRow, JobListParams } from './driver.js'
+export type { CancelResult, WakeReason, Driver, DriverCapabilities, LivenessCapability, NewJob, InsertResult, ClaimedJob, ClaimParams, FinishAndClaimParams, FinishAndClaimResult, JobFinish, JobRow, JobListParams } from './driver.js'
 export {
   type Job,
   type JobStatus,

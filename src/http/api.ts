@@ -158,9 +158,11 @@ export function createApi(options: ApiOptions): Api {
     if (request instanceof Response) return request
     // A kind not exposed over HTTP answers exactly as one not registered.
     if (runner.kind(request.kind)?.enqueueOverHttp !== true) return problem('unknown_kind')
-    const id = await runner.enqueue(request.kind, request.payload, scope === null ? {} : { scope })
+    const options = { ...(scope === null ? {} : { scope }), ...(request.uniqueKey === undefined ? {} : { uniqueKey: request.uniqueKey }) }
+    const { id, created } = await runner.enqueueUnique(request.kind, request.payload, options)
     const job = await runner.get(id, { scope })
-    return json(201, jobBody(job), { location: `/api/v1/jobs/${id}` })
+    // 200 with the job that holds the key: a second press of the same button stores nothing.
+    return json(created ? 201 : 200, jobBody(job), { location: `/api/v1/jobs/${id}` })
   })
   app.all('/api/v1/jobs', () => notAllowed(ALLOW.jobs))
 
@@ -266,16 +268,20 @@ function listQuery(params: URLSearchParams): { status?: JobStatus; kind?: string
 }
 
 /** The {kind, payload} of an enqueue body, or the problem naming which field is wrong. */
-function enqueueRequest(body: unknown): { kind: string; payload: unknown } | Response {
+function enqueueRequest(body: unknown): { kind: string; payload: unknown; uniqueKey: string | undefined } | Response {
   if (typeof body !== 'object' || body === null || Array.isArray(body)) return problem('invalid_request', { issues: [{ path: '' }] })
   const record = body as Record<string, unknown>
   const issues: { path: string }[] = []
   const kind = record.kind
   if (typeof kind !== 'string' || kind.length === 0 || kind.length > 256) issues.push({ path: 'kind' })
   if (!('payload' in record)) issues.push({ path: 'payload' })
-  for (const key of Object.keys(record).slice(0, 50)) if (key !== 'kind' && key !== 'payload') issues.push({ path: key })
+  const uniqueKey = record.uniqueKey
+  if (uniqueKey !== undefined && (typeof uniqueKey !== 'string' || uniqueKey.length === 0 || uniqueKey.length > 256 || uniqueKey.includes('\u0000'))) {
+    issues.push({ path: 'uniqueKey' })
+  }
+  for (const key of Object.keys(record).slice(0, 50)) if (key !== 'kind' && key !== 'payload' && key !== 'uniqueKey') issues.push({ path: key })
   if (issues.length > 0) return problem('invalid_request', { issues })
-  return { kind: kind as string, payload: record.payload }
+  return { kind: kind as string, payload: record.payload, uniqueKey: uniqueKey as string | undefined }
 }
 
 function notAllowed(allow: string): Response {

@@ -77,6 +77,12 @@ export const openApiDocument = {
         properties: {
           kind: { type: 'string', minLength: 1, maxLength: 256 },
           payload: { description: "The job's payload, validated by the kind's schema." },
+          uniqueKey: {
+            type: 'string',
+            minLength: 1,
+            maxLength: 256,
+            description: "While a job of this kind and the caller's scope with this key is scheduled, queued or running, no other is stored: the answer is that job (200).",
+          },
         },
       },
       Problem: {
@@ -122,12 +128,17 @@ export const openApiDocument = {
         summary: "Enqueues a job of a kind registered with enqueueOverHttp, in the caller's scope.",
         requestBody: { required: true, content: { 'application/json': { schema: ref('EnqueueRequest') } } },
         responses: {
+          '200': {
+            description: 'A live job of the kind and scope already holds the `uniqueKey`: that job, and nothing stored.',
+            headers: { Location: { schema: { type: 'string' }, description: 'The URL of the job.' } },
+            content: { 'application/json': { schema: ref('Job') } },
+          },
           '201': {
             description: 'The job, as stored.',
             headers: { Location: { schema: { type: 'string' }, description: 'The URL of the job.' } },
             content: { 'application/json': { schema: ref('Job') } },
           },
-          '400': problemResponse('The body is not JSON (`malformed_json`) or not a {kind, payload} object (`invalid_request`).'),
+          '400': problemResponse('The body is not JSON (`malformed_json`) or not a {kind, payload, uniqueKey?} object (`invalid_request`).'),
           ...authErrors,
           '413': problemResponse('The body is over the size limit (`payload_too_large`).'),
           '415': problemResponse('The body is not application/json, or is compressed (`unsupported_media_type`).'),

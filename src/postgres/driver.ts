@@ -13,7 +13,9 @@ import type {
   JobListParams,
   JobRow,
   NewJob,
+  InsertResult,
 } from '../driver.js'
+import { hasUniqueKey } from '../driver.js'
 import { ConfigError, DatabaseError, JobtableError } from '../errors.js'
 import { checkKeys } from '../options.js'
 import { type AbortLike, Deadlines } from './deadlines.js'
@@ -82,6 +84,9 @@ export interface PostgresOptions {
   readonly statementTimeoutMs?: number
 }
 
+
+/** How many times an insert with unique keys is tried again for keys whose holder ended as it was read. */
+const UNIQUE_ROUNDS = 5
 
 /** A schema name jobtable accepts: a plain identifier, quoted in every statement. */
 const SCHEMA_NAME = /^[A-Za-z_][A-Za-z0-9_]{0,62}$/
@@ -204,20 +209,59 @@ export class PostgresDriver implements Driver<PgQueryable, false> {
     }
   }
 
-  async jobInsertMany({ jobs, now }: { jobs: readonly NewJob[]; now: number }): Promise<void> {
-    await this.#query('insert jobs', this.#q.insertJobs, insertValues(jobs, now))
+  async jobInsertMany({ jobs, now }: { jobs: readonly NewJob[]; now: number }): Promise<InsertResult> {
+    if (!hasUniqueKey(jobs)) {
+      await this.#query('insert jobs', this.#q.insertJobs, insertValues(jobs, now))
+      return
+    }
+    return this.#transaction('insert jobs', (query) => this.#insertUnique(query, jobs, now))
   }
 
-  async jobInsertTx({ tx, jobs, now }: { tx: PgQueryable; jobs: readonly NewJob[]; now: number }): Promise<void> {
+  async jobInsertTx({ tx, jobs, now }: { tx: PgQueryable; jobs: readonly NewJob[]; now: number }): Promise<InsertResult> {
     if (tx === null || typeof tx !== 'object' || typeof tx.query !== 'function') {
       throw new ConfigError('postgres: enqueueTx needs the pg client (or an adapter with query(text, values)) the transaction runs on')
     }
     await this.migrate()
     try {
-      await tx.query(this.#q.insertJobs, insertValues(jobs, now))
+      if (!hasUniqueKey(jobs)) {
+        await tx.query(this.#q.insertJobs, insertValues(jobs, now))
+        return
+      }
+      return await this.#insertUnique(<R extends object>(text: string, values: unknown[]) => tx.query(text, values) as Promise<pg.QueryResult<R>>, jobs, now)
     } catch (err) {
       throw toDatabaseError('insert job', err)
     }
+  }
+
+  /**
+   * Inserts a batch with unique keys within the transaction `query` runs
+   * in: the insert stores what no live job's key refuses, and each refused
+   * job is answered with the holder's id, read by a statement of its own
+   * (READ COMMITTED: a holder that committed while the insert waited for
+   * it is seen). A holder that ended between the two frees its key: those
+   * jobs are inserted again, a few times at most.
+   */
+  async #insertUnique(query: <R extends object>(text: string, values: unknown[]) => Promise<pg.QueryResult<R>>, jobs: readonly NewJob[], now: number): Promise<(string | null)[]> {
+    const result: (string | null)[] = jobs.map(() => null)
+    let pending = jobs.map((job, index) => ({ job, index }))
+    for (let round = 0; round < UNIQUE_ROUNDS && pending.length > 0; round++) {
+      const batch = pending.map((p) => p.job)
+      const stored = new Set((await query<{ id: string }>(this.#q.insertUniqueJobs, [...insertValues(batch, now), batch.map((j) => j.uniqueKey ?? null)])).rows.map((r) => r.id))
+      const refused = pending.filter((p) => !stored.has(p.job.id))
+      if (refused.length === 0) return result
+      const holders = await query<{ id: string; ord: number }>(this.#q.uniqueHolders, [refused.map((p) => p.job.kind), refused.map((p) => p.job.scope), refused.map((p) => p.job.uniqueKey ?? null)])
+      const holderOf = new Map(holders.rows.map((r) => [r.ord - 1, r.id]))
+      pending = []
+      refused.forEach((p, i) => {
+        const holder = holderOf.get(i)
+        if (holder !== undefined) result[p.index] = holder
+        // A job without a key is refused only by its id (74 random bits): inserted again, with the same id, it is refused again.
+        else if (p.job.uniqueKey !== undefined && p.job.uniqueKey !== null) pending.push(p)
+        else throw new DatabaseError('insert job', '23505', false)
+      })
+    }
+    if (pending.length > 0) throw new DatabaseError('insert job', 'unique_key_contended', true)
+    return result
   }
 
   async jobClaim({ limit, runnerId, kinds, limits, now }: ClaimParams & { now: number }): Promise<ClaimedJob[]> {
@@ -421,6 +465,42 @@ export class PostgresDriver implements Driver<PgQueryable, false> {
   }
 
 
+
+  /**
+   * Runs `fn` in a transaction on one pooled connection, every statement
+   * under one bound of statementTimeoutMs; rolls back on any failure,
+   * mapping it to DatabaseError as #query does.
+   */
+  async #transaction<T>(operation: string, fn: (query: <R extends object>(text: string, values: unknown[]) => Promise<pg.QueryResult<R>>) => Promise<T>): Promise<T> {
+    let client: pg.PoolClient | undefined
+    const deadline = this.#deadlines.start()
+    try {
+      await abortable(this.migrate(), deadline)
+      client = await abortable(this.#pool.connect(), deadline, (late) => late.release())
+      client.on('error', ignore)
+      const c = client
+      const query = <R extends object>(text: string, values: unknown[]) =>
+        abortable(c.query<R>(this.#prepared ? { name: statementName(text), text, values } : { text, values }), deadline)
+      await abortable(c.query('BEGIN'), deadline)
+      const result = await fn(query)
+      await abortable(c.query('COMMIT'), deadline)
+      client.off('error', ignore)
+      client.release()
+      return result
+    } catch (err) {
+      if (err instanceof Aborted && client !== undefined) this.#cancel(client)
+      client?.off('error', ignore)
+      // A connection in an unknown transaction state is not reused.
+      client?.release(true)
+      throw toDatabaseError(operation, err)
+    } finally {
+      this.#deadlines.done(deadline)
+    }
+  }
+
+  /**
+   * Runs one statement on a pooled connection after the migrations,
+   * mapping any failure to DatabaseError. When `signal` (default: a bound
 
   /**
    * Runs one statement on a pooled connection after the migrations,

@@ -221,6 +221,15 @@ export const MIGRATIONS: readonly Migration[] = [
       $fn$;
     `,
   },
+  {
+    version: 9,
+    sql: (s) => `
+      -- Unique jobs (see the SQLite migration of the same number).
+      ALTER TABLE ${s}.jobs ADD COLUMN unique_key text;
+      CREATE UNIQUE INDEX jobs_unique ON ${s}.jobs (kind, coalesce(scope, ''), unique_key)
+        WHERE unique_key IS NOT NULL AND status IN ('scheduled', 'queued', 'running');
+    `,
+  },
 ]
 
 /** The schema version this jobtable writes. */

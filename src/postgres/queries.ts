@@ -49,6 +49,32 @@ export function queries(s: string) {
        ORDER BY t.ord`,
 
     /**
+     * insertJobs for a batch with unique keys ($11, null for a job without
+     * one): a job whose kind, scope and key a live job holds (the unique
+     * index jobs_unique) is not stored. Returns the ids stored. A conflict
+     * with a transaction still in flight waits for it to end.
+     */
+    insertUniqueJobs: `
+      INSERT INTO ${s}.jobs (id, kind, payload, scope, created_at, updated_at, priority, run_at, status,
+                             max_attempts, timeout_ms, requeue_interrupted, unique_key)
+      SELECT t.id, t.kind, t.payload, t.scope, $5, $5, t.priority, t.run_at,
+             CASE WHEN t.run_at > $5 THEN 'scheduled' ELSE 'queued' END,
+             t.max_attempts, t.timeout_ms, t.requeue, t.unique_key
+        FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $6::int[], $7::bigint[], $8::int[], $9::int[], $10::boolean[], $11::text[])
+             WITH ORDINALITY AS t(id, kind, payload, scope, priority, run_at, max_attempts, timeout_ms, requeue, unique_key, ord)
+       ORDER BY t.ord
+      ON CONFLICT DO NOTHING
+      RETURNING id`,
+
+    /** The live jobs holding the unique keys ($1 kinds, $2 scopes, $3 keys), with the 1-based index of the key each holds. */
+    uniqueHolders: `
+      SELECT j.id, t.ord::int AS ord
+        FROM unnest($1::text[], $2::text[], $3::text[]) WITH ORDINALITY AS t(kind, scope, unique_key, ord)
+        JOIN ${s}.jobs j
+          ON j.kind = t.kind AND coalesce(j.scope, '') = coalesce(t.scope, '') AND j.unique_key = t.unique_key
+         AND j.unique_key IS NOT NULL AND j.status IN ('scheduled', 'queued', 'running')`,
+
+    /**
      * One statement claims jobs for every idle worker: the function
      * claim_jobs (migration 8), given the runner's kinds ($1) with each
      * one's concurrency ($2) and scopeConcurrency ($3), null for none. It

@@ -1,4 +1,4 @@
-import type { Driver, NewJob } from '../driver.js'
+import type { Driver, InsertResult, NewJob } from '../driver.js'
 import { InvalidArgumentError } from '../errors.js'
 import { newJobId } from '../id.js'
 import type { RegisteredKind } from '../kind.js'
@@ -35,9 +35,22 @@ export interface EnqueueOptions {
   readonly priority?: number
   /** This job's deadline from each start, in ms, instead of its kind's `timeoutMs`. */
   readonly timeoutMs?: number
+  /**
+   * While a job of this kind and scope with this key is scheduled, queued
+   * or running, no other is stored: the enqueue answers with that job's id
+   * (`enqueueUnique` also says which happened). Once that job is terminal
+   * the key is free again. A non-empty string of at most 256 characters.
+   */
+  readonly uniqueKey?: string
 }
 
-const ENQUEUE_KEYS = ['scope', 'runAt', 'delayMs', 'priority', 'timeoutMs'] as const
+const ENQUEUE_KEYS = ['scope', 'runAt', 'delayMs', 'priority', 'timeoutMs', 'uniqueKey'] as const
+
+/** What `enqueueUnique` answers: the job's id, and whether this enqueue stored it (false: a live job already held the key). */
+export interface UniqueEnqueue {
+  readonly id: string
+  readonly created: boolean
+}
 
 /** The fields of a stored job that an enqueue's options decide. */
 interface Placement {
@@ -45,6 +58,7 @@ interface Placement {
   readonly priority: number
   readonly runAt: number | null
   readonly timeoutMs: number | null
+  readonly uniqueKey: string | null
 }
 
 /** A stored job's fields beside its id and payload: from the enqueue's options, and its kind's lifecycle. */
@@ -57,6 +71,7 @@ function fieldsOf(kind: RegisteredKind, placement: Placement): Omit<NewJob, 'id'
     timeoutMs: placement.timeoutMs ?? kind.timeoutMs,
     maxAttempts: kind.maxAttempts,
     requeueInterrupted: kind.idempotent,
+    uniqueKey: placement.uniqueKey,
   }
 }
 
@@ -65,7 +80,17 @@ export interface Kind<In, D extends Driver = Driver> {
   readonly name: string
   /** Stores a queued job and wakes an idle worker; resolves to its id once it is durable. */
   enqueue(payload: In, options?: EnqueueOptions): Promise<string>
-  /** Stores many queued jobs in one transaction; resolves to their ids in order. */
+  /**
+   * As enqueue with a `uniqueKey`, and says whether this enqueue stored the
+   * job (`created`) or a live job of the kind, scope and key already held
+   * it (its id, `created: false`).
+   */
+  enqueueUnique(payload: In, options: EnqueueOptions & { readonly uniqueKey: string }): Promise<UniqueEnqueue>
+  /**
+   * Stores many queued jobs in one transaction; resolves to their ids in
+   * order. With a `uniqueKey`, every payload shares it: the first is
+   * stored (unless a live job holds the key) and every id is that job's.
+   */
   enqueueMany(payloads: readonly In[], options?: EnqueueOptions): Promise<string[]>
   /**
    * Stores a queued job through the caller's own transaction, so it exists
@@ -90,6 +115,8 @@ export class Enqueuer {
   readonly #scheduled: (runAt: number) => void
   readonly #wakeAll: () => void
   readonly #inserter: Batcher<NewJob>
+  /** The id of the live job holding a batched job's unique key, when that refused it. */
+  readonly #holders = new WeakMap<NewJob, string>()
 
   /**
    * `wake` after a job is stored; `scheduled` with a job's due time, after
@@ -105,13 +132,20 @@ export class Enqueuer {
     this.#inserter = new Batcher((jobs) => this.#insertBatch(jobs))
   }
 
-  /** Validates and stores one job of `kind`; resolves to its id once durable. */
+  /** Validates and stores one job of `kind`; resolves to its id once durable (the holder's, for a unique key a live job holds). */
   async enqueue(kind: RegisteredKind, payload: unknown, options: EnqueueOptions | undefined): Promise<string> {
+    return (await this.enqueueUnique(kind, payload, options)).id
+  }
+
+  /** As enqueue, saying whether the job was stored. */
+  async enqueueUnique(kind: RegisteredKind, payload: unknown, options: EnqueueOptions | undefined): Promise<UniqueEnqueue> {
     const placement = placementOf(options, this.#clock)
     const job: NewJob = { id: newJobId(), payload: await encodePayload(kind.name, kind.schema, payload), ...fieldsOf(kind, placement) }
     await this.#inserter.add(job)
+    const holder = this.#holders.get(job)
+    if (holder !== undefined) return { id: holder, created: false }
     this.#stored(placement)
-    return job.id
+    return { id: job.id, created: true }
   }
 
   /** After a store: wake a worker, or tell the scheduler when the job is due. */
@@ -127,6 +161,10 @@ export class Enqueuer {
     return {
       name,
       enqueue: (payload, options) => this.enqueue(kind, payload, options),
+      enqueueUnique: (payload, options) => {
+        if (typeof options?.uniqueKey !== 'string') return Promise.reject(new InvalidArgumentError('enqueueUnique: options.uniqueKey is required'))
+        return this.enqueueUnique(kind, payload, options)
+      },
       enqueueMany: async (payloads, options) => {
         const placement = placementOf(options, this.#clock)
         if (!Array.isArray(payloads)) throw new InvalidArgumentError('enqueueMany: payloads must be an array')
@@ -142,22 +180,20 @@ export class Enqueuer {
         const texts = encoded.every((e) => typeof e === 'string') ? encoded : await Promise.all(encoded)
         const fields = fieldsOf(kind, placement)
         const jobs: NewJob[] = texts.map((payload) => ({ id: newJobId(), payload, ...fields }))
-        await driver.jobInsertMany({ jobs, now: this.#clock() })
+        const holders = await driver.jobInsertMany({ jobs, now: this.#clock() })
         this.#stored(placement)
-        return jobs.map((j) => j.id)
+        return idsOf(jobs, holders)
       },
       enqueueTx: ((tx: TxOf<D>, payload: In, options?: EnqueueOptions) => {
         // The transaction may yet roll back: the scheduler learns of the job from the database, or from wake().
         const placement = placementOf(options, this.#clock)
         if (driver.capabilities.txSync) {
           const job: NewJob = { id: newJobId(), payload: encodePayloadSync(name, schema, payload), ...fieldsOf(kind, placement) }
-          driver.jobInsertTx({ tx, jobs: [job], now: this.#clock() })
-          return job.id
+          return idsOf([job], driver.jobInsertTx({ tx, jobs: [job], now: this.#clock() }) as InsertResult)[0]!
         }
         return (async () => {
           const job: NewJob = { id: newJobId(), payload: await encodePayload(name, schema, payload), ...fieldsOf(kind, placement) }
-          await driver.jobInsertTx({ tx, jobs: [job], now: this.#clock() })
-          return job.id
+          return idsOf([job], await driver.jobInsertTx({ tx, jobs: [job], now: this.#clock() }))[0]!
         })()
       }) as Kind<In, D>['enqueueTx'],
       wake: () => this.#wakeAll(),
@@ -171,17 +207,35 @@ export class Enqueuer {
    */
   async #insertBatch(jobs: NewJob[]): Promise<ItemErrors> {
     try {
-      await this.#driver.jobInsertMany({ jobs, now: this.#clock() })
+      this.#noteHolders(jobs, await this.#driver.jobInsertMany({ jobs, now: this.#clock() }))
       return
     } catch (err) {
       if (jobs.length === 1 || isTransient(err)) throw err
     }
     const errors: unknown[] = []
     for (const job of jobs) {
-      errors.push(await this.#driver.jobInsertMany({ jobs: [job], now: this.#clock() }).then(() => undefined, (err: unknown) => err))
+      errors.push(
+        await this.#driver.jobInsertMany({ jobs: [job], now: this.#clock() }).then(
+          (holders) => this.#noteHolders([job], holders),
+          (err: unknown) => err,
+        ),
+      )
     }
     return errors
   }
+
+  /** Keeps, for each job a live job's unique key refused, that job's id. */
+  #noteHolders(jobs: readonly NewJob[], holders: InsertResult): void {
+    if (holders === undefined) return
+    holders.forEach((holder, i) => {
+      if (holder !== null) this.#holders.set(jobs[i]!, holder)
+    })
+  }
+}
+
+/** Each job's id, or the id of the live job whose unique key refused it. */
+function idsOf(jobs: readonly NewJob[], holders: InsertResult): string[] {
+  return jobs.map((job, i) => (holders === undefined ? null : holders[i]) ?? job.id)
 }
 
 /** The latest time a Date can hold, in epoch ms (and so the latest due time). */
@@ -192,14 +246,23 @@ const PRIORITY_MAX = 2_147_483_647
 
 /** What an enqueue's options place the job as; refuses unknown options and bad values (InvalidArgumentError). */
 function placementOf(options: EnqueueOptions | undefined, clock: () => number): Placement {
-  const { scope, runAt, delayMs, priority = 0, timeoutMs } = optionsObject(options, ENQUEUE_KEYS, 'enqueue', 'argument')
+  const { scope, runAt, delayMs, priority = 0, timeoutMs, uniqueKey } = optionsObject(options, ENQUEUE_KEYS, 'enqueue', 'argument')
   if (!Number.isInteger(priority) || priority < PRIORITY_MIN || priority > PRIORITY_MAX) {
     throw new InvalidArgumentError(`priority must be an integer from ${PRIORITY_MIN} to ${PRIORITY_MAX}`)
   }
   if (timeoutMs !== undefined && !(Number.isSafeInteger(timeoutMs) && timeoutMs > 0 && timeoutMs <= PRIORITY_MAX)) {
     throw new InvalidArgumentError('timeoutMs must be an integer > 0 (milliseconds)')
   }
-  return { scope: scopeOf(scope), priority, runAt: dueOf(runAt, delayMs, clock), timeoutMs: timeoutMs ?? null }
+  return { scope: scopeOf(scope), priority, runAt: dueOf(runAt, delayMs, clock), timeoutMs: timeoutMs ?? null, uniqueKey: uniqueKeyOf(uniqueKey) }
+}
+
+/** The unique key of an enqueue: a non-empty string of at most 256 characters, or null. */
+function uniqueKeyOf(key: unknown): string | null {
+  if (key === undefined) return null
+  if (typeof key !== 'string' || key.length === 0 || key.length > 256 || key.includes('\u0000')) {
+    throw new InvalidArgumentError('uniqueKey must be a non-empty string of at most 256 characters, without NUL')
+  }
+  return key
 }
 
 /** The due time of runAt or delayMs, in epoch ms, or null for neither. */

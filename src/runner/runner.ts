@@ -8,12 +8,12 @@ import { defaultLogger, type Logger } from '../logger.js'
 import { optionsObject } from '../options.js'
 import { errorCode } from './backoff.js'
 import { ClaimGate } from './claim-gate.js'
-import { type EnqueueOptions, Enqueuer, type Kind } from './enqueue.js'
+import { type EnqueueOptions, Enqueuer, type Kind, type UniqueEnqueue } from './enqueue.js'
 import { Liveness, retryTransient } from './liveness.js'
 import { Maintenance } from './maintenance/index.js'
 import { Producer } from './producer.js'
 
-export type { EnqueueOptions, Kind, TxOf, TxResult } from './enqueue.js'
+export type { EnqueueOptions, Kind, TxOf, TxResult, UniqueEnqueue } from './enqueue.js'
 export { claimErrorChannel, jobEndChannel, jobStartChannel } from './producer.js'
 
 /** Options of a Runner. Each default is given beside its field; unknown keys are refused (ConfigError). */
@@ -209,6 +209,13 @@ export class Runner<D extends Driver = Driver> {
     const registered = this.#kinds.get(kind)
     if (registered === undefined) throw new UnknownKindError(kind)
     return this.#enqueuer.enqueue(registered, payload, options)
+  }
+
+  /** As enqueue, saying whether the job was stored or a live job already held its `uniqueKey` (see EnqueueOptions). */
+  async enqueueUnique(kind: string, payload: unknown, options?: EnqueueOptions): Promise<UniqueEnqueue> {
+    const registered = this.#kinds.get(kind)
+    if (registered === undefined) throw new UnknownKindError(kind)
+    return this.#enqueuer.enqueueUnique(registered, payload, options)
   }
 
   /** What a known kind allows, or undefined for a kind not registered here. */

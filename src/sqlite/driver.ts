@@ -12,7 +12,9 @@ import type {
   JobListParams,
   JobRow,
   NewJob,
+  InsertResult,
 } from '../driver.js'
+import { hasUniqueKey } from '../driver.js'
 import { ConfigError, DatabaseError } from '../errors.js'
 import { checkKeys } from '../options.js'
 import type { SqliteDatabase } from './database.js'
@@ -130,8 +132,11 @@ export class SqliteDriver implements Driver<SqliteDatabase, true> {
   readonly #list: Database.Statement
   /** insertJobs statements by row count, up to INSERT_ROWS_MAX of them. */
   readonly #insertRows = new Map<number, Database.Statement>()
-  readonly #insertOnTx = new WeakMap<SqliteDatabase, Database.Statement>()
+  /** The insert statements prepared on each connection jobs are inserted through (jobtable's writer, and the handles of enqueueTx). */
+  readonly #insertOnTx = new WeakMap<SqliteDatabase, InsertStatements>()
   readonly #insertMany: (jobs: readonly NewJob[], now: number) => void
+  /** A batch with unique keys: one job at a time, in one transaction. */
+  readonly #insertManyUnique: (jobs: readonly NewJob[], now: number) => (string | null)[]
   readonly #releaseMany: (jobs: readonly { id: string; attempt: number }[], now: number) => void
   readonly #finishMany: (finishes: readonly JobFinish[], now: number) => boolean[]
   readonly #finishManyAndClaim: (
@@ -220,10 +225,12 @@ export class SqliteDriver implements Driver<SqliteDatabase, true> {
     this.#get = this.#reader.prepare(sql.getJob)
     this.#getScoped = this.#reader.prepare(sql.getScopedJob)
     this.#list = this.#reader.prepare(sql.listJobs)
-    this.#insertOnTx.set(this.#writer, this.#insert)
+    const onWriter = new InsertStatements(this.#writer, this.#insert)
+    this.#insertOnTx.set(this.#writer, onWriter)
     this.#insertMany = this.#writer.transaction((jobs: readonly NewJob[], now: number) => {
       for (let i = 0; i < jobs.length; i += sql.INSERT_ROWS_MAX) this.#insertChunk(jobs, i, Math.min(jobs.length, i + sql.INSERT_ROWS_MAX), now)
     }).immediate
+    this.#insertManyUnique = this.#writer.transaction((jobs: readonly NewJob[], now: number) => this.#insertEach(onWriter, jobs, now)).immediate
     const release = this.#writer.prepare(sql.releaseJob)
     this.#releaseMany = this.#writer.transaction((jobs: readonly { id: string; attempt: number }[], now: number) => {
       for (const job of jobs) release.run({ id: job.id, attempt: job.attempt, now })
@@ -346,22 +353,58 @@ export class SqliteDriver implements Driver<SqliteDatabase, true> {
     return run(operation, fn)
   }
 
-  async jobInsertMany({ jobs, now }: { jobs: readonly NewJob[]; now: number }): Promise<void> {
+  async jobInsertMany({ jobs, now }: { jobs: readonly NewJob[]; now: number }): Promise<InsertResult> {
+    if (hasUniqueKey(jobs)) return this.#write('insert jobs', () => this.#insertManyUnique(jobs, now))
     // A single statement is its own transaction: no BEGIN and COMMIT around a lone insert.
     if (jobs.length === 1) this.#write('insert jobs', () => this.#insertOne(this.#insert, jobs[0]!, now))
     else this.#write('insert jobs', () => this.#insertMany(jobs, now))
   }
 
-  jobInsertTx({ tx, jobs, now }: { tx: SqliteDatabase; jobs: readonly NewJob[]; now: number }): void {
+  jobInsertTx({ tx, jobs, now }: { tx: SqliteDatabase; jobs: readonly NewJob[]; now: number }): InsertResult {
     if (!(tx instanceof Database)) throw new ConfigError('sqlite: enqueueTx needs the better-sqlite3 Database the transaction runs on')
-    let insert = this.#insertOnTx.get(tx)
-    if (insert === undefined) {
-      insert = (tx as Database.Database).prepare(sql.insertJob)
-      this.#insertOnTx.set(tx, insert)
+    let statements = this.#insertOnTx.get(tx)
+    if (statements === undefined) {
+      statements = new InsertStatements(tx as Database.Database, (tx as Database.Database).prepare(sql.insertJob))
+      this.#insertOnTx.set(tx, statements)
     }
-    const statement = insert
+    const on = statements
+    if (hasUniqueKey(jobs)) return run('insert job', () => this.#insertEach(on, jobs, now))
     run('insert job', () => {
-      for (const job of jobs) this.#insertOne(statement, job, now)
+      for (const job of jobs) this.#insertOne(on.insert, job, now)
+    })
+  }
+
+  /**
+   * Inserts each job in turn on `on`'s connection, within the transaction
+   * the caller holds: a job with a unique key through insertUniqueJob,
+   * and when a live job holds the key, that job's id in the result. SQLite
+   * serializes writers, so the holder read in the same transaction is the
+   * job that refused the insert.
+   */
+  #insertEach(on: InsertStatements, jobs: readonly NewJob[], now: number): (string | null)[] {
+    return jobs.map((job) => {
+      if (job.uniqueKey === undefined || job.uniqueKey === null) {
+        this.#insertOne(on.insert, job, now)
+        return null
+      }
+      const params = {
+        id: job.id,
+        kind: job.kind,
+        payload: job.payload,
+        scope: job.scope,
+        now,
+        priority: job.priority,
+        runAt: job.runAt,
+        maxAttempts: job.maxAttempts,
+        timeoutMs: job.timeoutMs,
+        requeueInterrupted: job.requeueInterrupted ? 1 : 0,
+        uniqueKey: job.uniqueKey,
+      }
+      if (on.unique.run(params).changes === 1) return null
+      const holder = on.holder.get({ kind: job.kind, scope: job.scope, uniqueKey: job.uniqueKey }) as { id: string } | undefined
+      // Nothing stored and no holder: the id itself collided (74 random bits; never seen).
+      if (holder === undefined) throw new DatabaseError('insert job', 'SQLITE_CONSTRAINT_PRIMARYKEY', false)
+      return holder.id
     })
   }
 
@@ -538,5 +581,26 @@ function run<T>(operation: string, fn: () => T): T {
       throw new DatabaseError(operation, 'closed', false)
     }
     throw err
+  }
+}
+
+/** The insert statements of one connection; those for unique keys are prepared at their first use. */
+class InsertStatements {
+  readonly insert: Database.Statement
+  readonly #db: Database.Database
+  #unique: Database.Statement | undefined
+  #holder: Database.Statement | undefined
+
+  constructor(db: Database.Database, insert: Database.Statement) {
+    this.#db = db
+    this.insert = insert
+  }
+
+  get unique(): Database.Statement {
+    return (this.#unique ??= this.#db.prepare(sql.insertUniqueJob))
+  }
+
+  get holder(): Database.Statement {
+    return (this.#holder ??= this.#db.prepare(sql.uniqueHolder))
   }
 }

@@ -157,6 +157,20 @@ export const MIGRATIONS: readonly { version: number; sql: string }[] = [
       CREATE INDEX jobtable_jobs_queued ON jobtable_jobs (kind, priority DESC, seq) WHERE status = 'queued';
     `,
   },
+  {
+    version: 9,
+    sql: `
+      -- Unique jobs: while a job of a kind, scope and unique_key is
+      -- scheduled, queued or running, no other job with all three can be
+      -- stored; once it is terminal the key is free again. The database
+      -- enforces it (an enqueue that loses the race finds the row, never
+      -- a second one). A scope is never '' (enqueue refuses it), so
+      -- coalesce(scope, '') tells no scope apart from every scope.
+      ALTER TABLE jobtable_jobs ADD COLUMN unique_key TEXT;
+      CREATE UNIQUE INDEX jobtable_jobs_unique ON jobtable_jobs (kind, coalesce(scope, ''), unique_key)
+        WHERE unique_key IS NOT NULL AND status IN ('scheduled', 'queued', 'running');
+    `,
+  },
 ]
 
 /** The schema version this jobtable writes. */

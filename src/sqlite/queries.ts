@@ -26,6 +26,25 @@ export function insertJobs(rows: number): string {
   VALUES ${Array.from({ length: rows }, () => "(?, ?, ?, ?, ?, ?, ?, ?, CASE WHEN ? > ? THEN 'scheduled' ELSE 'queued' END, ?, ?, ?)").join(', ')}`
 }
 
+/**
+ * insertJob for a job with a unique key (@uniqueKey): stores nothing when
+ * a live job of its kind, scope and key holds it (the unique index
+ * jobtable_jobs_unique), and then uniqueHolder names that job.
+ */
+export const insertUniqueJob = `
+  INSERT INTO jobtable_jobs (id, kind, payload, scope, created_at, updated_at, priority, run_at, status,
+                             max_attempts, timeout_ms, requeue_interrupted, unique_key)
+  VALUES (@id, @kind, @payload, @scope, @now, @now, @priority, @runAt,
+          CASE WHEN @runAt > @now THEN 'scheduled' ELSE 'queued' END,
+          @maxAttempts, @timeoutMs, @requeueInterrupted, @uniqueKey)
+  ON CONFLICT DO NOTHING`
+
+/** The live job holding a unique key (read in the transaction whose insert it refused). */
+export const uniqueHolder = `
+  SELECT id FROM jobtable_jobs
+   WHERE kind = @kind AND coalesce(scope, '') = coalesce(@scope, '') AND unique_key = @uniqueKey
+     AND unique_key IS NOT NULL AND status IN ('scheduled', 'queued', 'running')`
+
 /** The most rows one insertJobs statement takes; a bigger batch is written in chunks. */
 export const INSERT_ROWS_MAX = 50
 

@@ -1,4 +1,4 @@
-import type { ClaimedJob, ClaimParams, FinishAndClaimParams, FinishAndClaimResult, JobFinish, NewJob } from '../driver.js'
+import type { ClaimedJob, ClaimParams, FinishAndClaimParams, FinishAndClaimResult, InsertResult, JobFinish, NewJob } from '../driver.js'
 import { SqliteDriver } from '../sqlite/driver.js'
 
 /**
@@ -99,7 +99,7 @@ export class KitDriver extends SqliteDriver {
     }
   }
 
-  override async jobInsertMany(params: { jobs: readonly NewJob[]; now: number }): Promise<void> {
+  override async jobInsertMany(params: { jobs: readonly NewJob[]; now: number }): Promise<InsertResult> {
     try {
       return await super.jobInsertMany(params)
     } finally {

@@ -46,6 +46,23 @@ describeEachBackend('HTTP API', (backend) => {
     expect((await api.call('HEAD', `/api/v1/jobs/${created.json.id}`)).status).toBe(200)
   })
 
+  it('a second POST with the uniqueKey of a live job stores nothing and answers 200 with that job; a bad key is invalid_request', async () => {
+    const { api, runner } = await setup({ start: false })
+    const first = await api.post({ kind: 'echo', payload: { n: 1 }, uniqueKey: 'week-49' })
+    expect(first.status).toBe(201)
+    const second = await api.post({ kind: 'echo', payload: { n: 2 }, uniqueKey: 'week-49' })
+    expect(second.status).toBe(200)
+    expect(second.json).toEqual(first.json)
+    expect(second.headers.get('location')).toBe(`/api/v1/jobs/${first.json.id}`)
+    expect((await runner.list({ limit: 10 })).jobs.map((j) => j.id)).toEqual([first.json.id])
+    for (const uniqueKey of ['', 7, 'x'.repeat(257), null]) {
+      const bad = await api.post({ kind: 'echo', payload: { n: 3 }, uniqueKey })
+      expect(bad.status).toBe(400)
+      expect(bad.json).toMatchObject({ code: 'invalid_request', issues: [{ path: 'uniqueKey' }] })
+    }
+    expect((await runner.list({ limit: 10 })).jobs).toHaveLength(1)
+  })
+
   it('answers a kind not exposed over HTTP exactly as one that is not registered', async () => {
     const { api, runner } = await setup()
     const hidden = await api.post({ kind: 'hidden', payload: { n: 1 } })
