@@ -73,6 +73,16 @@ export interface Driver<Tx = unknown, TxSync extends boolean = boolean> {
   /** The earliest due time of any scheduled job, or null when none is scheduled. */
   queueNextDue(params: { now: number }): Promise<number | null>
   /**
+   * Pauses a kind for every process on the database, across restarts: no
+   * claim takes its jobs until kindResume. Resolves true when it was not
+   * paused before.
+   */
+  kindPause(params: { kind: string; now: number }): Promise<boolean>
+  /** Lets claims take the kind's jobs again; true when it was paused. Idle runners of other processes find them within their poll. */
+  kindResume(params: { kind: string }): Promise<boolean>
+  /** The paused kinds, by name, with when each was paused (epoch ms). */
+  kindsPaused(): Promise<{ kind: string; pausedAt: number }[]>
+  /**
    * The kinds of queued jobs that no live runner registered (see
    * runnerRegister): work that nothing running now can do.
    */

@@ -324,6 +324,18 @@ export class PostgresDriver implements Driver<PgQueryable, false> {
     return (await this.#query<{ id: string }>('read cancel requests', this.#q.cancelRequested, [runnerId])).rows.map((r) => r.id)
   }
 
+  async kindPause({ kind, now }: { kind: string; now: number }): Promise<boolean> {
+    return ((await this.#query('pause kind', this.#q.pauseKind, [kind, now])).rowCount ?? 0) === 1
+  }
+
+  async kindResume({ kind }: { kind: string }): Promise<boolean> {
+    return (await this.#query('resume kind', this.#q.resumeKind, [kind, this.schema])).rows.length === 1
+  }
+
+  async kindsPaused(): Promise<{ kind: string; pausedAt: number }[]> {
+    return (await this.#query<{ kind: string; pausedAt: number }>('read paused kinds', this.#q.pausedKinds, [])).rows
+  }
+
   async jobPromoteDue({ now, limit }: { now: number; limit: number }): Promise<number> {
     return (await this.#query('promote due jobs', this.#q.promoteDue, [now, limit])).rowCount ?? 0
   }

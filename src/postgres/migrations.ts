@@ -130,7 +130,24 @@ export const MIGRATIONS: readonly Migration[] = [
       -- SQLite migration of the same number).
       DROP INDEX ${s}.jobs_queued;
       CREATE INDEX jobs_queued ON ${s}.jobs (kind, priority DESC, seq) WHERE status = 'queued';
-      -- The claim of a runner with limited kinds: $1 its kinds, with each
+    `,
+  },
+  {
+    version: 9,
+    sql: (s) => `
+      -- Unique jobs (see the SQLite migration of the same number).
+      ALTER TABLE ${s}.jobs ADD COLUMN unique_key text;
+      CREATE UNIQUE INDEX jobs_unique ON ${s}.jobs (kind, coalesce(scope, ''), unique_key)
+        WHERE unique_key IS NOT NULL AND status IN ('scheduled', 'queued', 'running');
+    `,
+  },
+  {
+    version: 10,
+    sql: (s) => `
+      -- Kinds paused by an operator (see the SQLite migration of the same
+      -- number), and the claim, which skips them.
+      CREATE TABLE ${s}.paused_kinds (kind text PRIMARY KEY, paused_at bigint NOT NULL);
+      -- The claim: $1 the runner's kinds, with each
       -- one's concurrency ($2) and scopeConcurrency ($3), NULL for none.
       -- SKIP LOCKED alone cannot keep a count: two claimers would each see
       -- one job running of a limit of two, and take one each. So the
@@ -150,7 +167,8 @@ export const MIGRATIONS: readonly Migration[] = [
       -- within each scope and taking a job only while its rank plus its
       -- scope's running count stays within the cap (the first 1,000 jobs of
       -- scopes with room: the scopes past them are reached by the next
-      -- claims). The heads are merged by priority, then seq.
+      -- claims). The heads are merged by priority, then seq. A paused kind
+      -- gives none.
       CREATE FUNCTION ${s}.claim_jobs(p_kinds text[], p_caps integer[], p_scope_caps integer[], p_limit integer, p_runner text, p_now bigint)
         RETURNS TABLE (c_seq bigint, c_id text, c_kind text, c_payload text, c_attempt integer, c_max_attempts integer, c_timeout_ms integer)
         LANGUAGE plpgsql VOLATILE SET plan_cache_mode = force_generic_plan SET enable_seqscan = off AS $fn$
@@ -168,6 +186,7 @@ export const MIGRATIONS: readonly Migration[] = [
         RETURN QUERY
         WITH u AS (
           SELECT * FROM unnest(p_kinds, p_caps, p_scope_caps) AS u(kind, cap, scope_cap)
+           WHERE NOT EXISTS (SELECT 1 FROM ${s}.paused_kinds p WHERE p.kind = u.kind)
         ), busy AS (
           SELECT r.kind, r.scope, count(*) AS n FROM ${s}.jobs r
            WHERE r.status = 'running' AND r.kind IN (SELECT u.kind FROM u WHERE u.cap IS NOT NULL OR u.scope_cap IS NOT NULL)
@@ -219,15 +238,6 @@ export const MIGRATIONS: readonly Migration[] = [
         SELECT * FROM claimed;
       END
       $fn$;
-    `,
-  },
-  {
-    version: 9,
-    sql: (s) => `
-      -- Unique jobs (see the SQLite migration of the same number).
-      ALTER TABLE ${s}.jobs ADD COLUMN unique_key text;
-      CREATE UNIQUE INDEX jobs_unique ON ${s}.jobs (kind, coalesce(scope, ''), unique_key)
-        WHERE unique_key IS NOT NULL AND status IN ('scheduled', 'queued', 'running');
     `,
   },
 ]

@@ -66,6 +66,16 @@ export function queries(s: string) {
       ON CONFLICT DO NOTHING
       RETURNING id`,
 
+    /** Pauses a kind (see the SQLite pauseKind). */
+    pauseKind: `INSERT INTO ${s}.paused_kinds (kind, paused_at) VALUES ($1, $2) ON CONFLICT (kind) DO NOTHING`,
+
+    /** Resumes a kind, and wakes the idle runners of every process as an insert does (the channel's payload names the schema). */
+    resumeKind: `
+      WITH resumed AS (DELETE FROM ${s}.paused_kinds WHERE kind = $1 RETURNING kind)
+      SELECT kind, pg_notify('${NOTIFY_CHANNEL}', $2) FROM resumed`,
+
+    pausedKinds: `SELECT kind, paused_at::float8 AS "pausedAt" FROM ${s}.paused_kinds ORDER BY kind`,
+
     /** The live jobs holding the unique keys ($1 kinds, $2 scopes, $3 keys), with the 1-based index of the key each holds. */
     uniqueHolders: `
       SELECT j.id, t.ord::int AS ord

@@ -375,6 +375,29 @@ export class Runner<D extends Driver = Driver> {
   }
 
   /**
+   * Pauses a kind in every process on the database, until `resume`, and
+   * across restarts: its queued and scheduled jobs stay where they are,
+   * running ones finish, and no claim takes another. The kind need not be
+   * registered here (an operator's process may know none). Resolves true
+   * when it was not paused before.
+   */
+  async pause(kind: string): Promise<boolean> {
+    return this.#driver.kindPause({ kind: kindName(kind, 'pause'), now: this.#clock() })
+  }
+
+  /** Lets the kind's jobs be claimed again: at once here, within the poll interval elsewhere (on PostgreSQL, at once through its channel). True when it was paused. */
+  async resume(kind: string): Promise<boolean> {
+    const resumed = await this.#driver.kindResume({ kind: kindName(kind, 'resume') })
+    if (resumed) this.wake()
+    return resumed
+  }
+
+  /** The paused kinds, by name, with when each was paused (epoch ms, the clock of the runner that paused it). */
+  async paused(): Promise<{ kind: string; pausedAt: number }[]> {
+    return this.#driver.kindsPaused()
+  }
+
+  /**
    * Cancels a job: a queued or scheduled one becomes `cancelled` at once
    * ('cancelled'); a running one has its signal aborted in whichever
    * process runs it (at once here and, on PostgreSQL, through its
@@ -457,4 +480,10 @@ function decodeCursor(cursor: string): string {
   const id = text.slice(1)
   if (text[0] !== 'j' || !/^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/.test(id)) throw new InvalidCursorError()
   return id
+}
+
+/** A kind name as pause and resume take it: a non-empty string of at most 256 characters. */
+function kindName(kind: unknown, operation: string): string {
+  if (typeof kind !== 'string' || kind.length === 0 || kind.length > 256) throw new InvalidArgumentError(`${operation}: kind must be a non-empty string of at most 256 characters`)
+  return kind
 }

@@ -454,6 +454,18 @@ export class SqliteDriver implements Driver<SqliteDatabase, true> {
     return this.#write('promote due jobs', () => this.#promoteDue.run({ now, limit }).changes)
   }
 
+  async kindPause({ kind, now }: { kind: string; now: number }): Promise<boolean> {
+    return this.#write('pause kind', () => this.#writer.prepare(sql.pauseKind).run({ kind, now }).changes === 1)
+  }
+
+  async kindResume({ kind }: { kind: string }): Promise<boolean> {
+    return this.#write('resume kind', () => this.#writer.prepare(sql.resumeKind).run({ kind }).changes === 1)
+  }
+
+  async kindsPaused(): Promise<{ kind: string; pausedAt: number }[]> {
+    return run('read paused kinds', () => this.#reader.prepare(sql.pausedKinds).all() as { kind: string; pausedAt: number }[])
+  }
+
   async queueNextDue(_params: { now: number }): Promise<number | null> {
     return run('read next due time', () => (this.#nextDue.get() as { due: number | null }).due)
   }

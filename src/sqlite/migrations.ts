@@ -171,6 +171,15 @@ export const MIGRATIONS: readonly { version: number; sql: string }[] = [
         WHERE unique_key IS NOT NULL AND status IN ('scheduled', 'queued', 'running');
     `,
   },
+  {
+    version: 10,
+    sql: `
+      -- Kinds an operator paused (runner.pause), for every process on the
+      -- file and across restarts: their queued jobs stay queued until
+      -- resume; the claim skips them.
+      CREATE TABLE jobtable_paused_kinds (kind TEXT PRIMARY KEY, paused_at INTEGER NOT NULL) STRICT;
+    `,
+  },
 ]
 
 /** The schema version this jobtable writes. */

@@ -63,6 +63,11 @@ export type ClaimArm = 'free' | 'capped' | 'scoped'
  */
 export const SCOPED_SCAN = 1000
 
+/** Whether the kind `k` (a parameter) is not paused: a lookup by primary key, made once per claim (it does not depend on the row). */
+function notPaused(k: string): string {
+  return `NOT EXISTS (SELECT 1 FROM jobtable_paused_kinds WHERE kind = ${k})`
+}
+
 /** The running jobs of kind @k{i}: the running index holds only running rows, as many as there are workers. */
 function runningOf(i: number): string {
   return `(SELECT count(*) FROM jobtable_jobs WHERE status = 'running' AND kind = @k${i})`
@@ -79,16 +84,16 @@ function runningOf(i: number): string {
  */
 function claimArm(arm: ClaimArm, i: number): string {
   const k = `@k${i}`
-  if (arm === 'free') return `SELECT seq, priority FROM jobtable_jobs WHERE status = 'queued' AND kind = ${k} ORDER BY priority DESC, seq LIMIT @limit`
+  if (arm === 'free') return `SELECT seq, priority FROM jobtable_jobs WHERE status = 'queued' AND kind = ${k} AND ${notPaused(k)} ORDER BY priority DESC, seq LIMIT @limit`
   const cap = `max(0, min(@limit, @cap${i} - ${runningOf(i)}))`
-  if (arm === 'capped') return `SELECT seq, priority FROM jobtable_jobs WHERE status = 'queued' AND kind = ${k} ORDER BY priority DESC, seq LIMIT ${cap}`
+  if (arm === 'capped') return `SELECT seq, priority FROM jobtable_jobs WHERE status = 'queued' AND kind = ${k} AND ${notPaused(k)} ORDER BY priority DESC, seq LIMIT ${cap}`
   return `SELECT seq, priority FROM (
             SELECT q.seq, q.priority, q.busy, ROW_NUMBER() OVER (PARTITION BY q.scope ORDER BY q.priority DESC, q.seq) AS rank
               FROM (SELECT c.seq, c.priority, c.scope, coalesce(b.n, 0) AS busy
                       FROM jobtable_jobs c
                       LEFT JOIN (SELECT scope, count(*) AS n FROM jobtable_jobs WHERE status = 'running' AND kind = ${k} GROUP BY scope) b
                         ON b.scope IS c.scope
-                     WHERE c.status = 'queued' AND c.kind = ${k} AND coalesce(b.n, 0) < @scap${i}
+                     WHERE c.status = 'queued' AND c.kind = ${k} AND ${notPaused(k)} AND coalesce(b.n, 0) < @scap${i}
                      ORDER BY c.priority DESC, c.seq LIMIT ${SCOPED_SCAN}) q)
           WHERE rank + busy <= @scap${i}
           ORDER BY priority DESC, seq LIMIT ${cap}`
@@ -103,14 +108,15 @@ function claimArm(arm: ClaimArm, i: number): string {
  * seq: a backlog of a kind the runner does not take, or may not take more
  * of (at its limit), is never read past. SQLite serializes writers, so no
  * other claim can come between the counts of running jobs and the update:
- * no job is claimed twice and no limit is exceeded. started_at is never
+ * no job is claimed twice and no limit is exceeded. A paused kind
+ * (jobtable_paused_kinds) gives none. started_at is never
  * before the job's due time: the claimer's clock reading may trail the
  * promotion another process made.
  */
 export function claimJobs(arms: readonly ClaimArm[]): string {
   const candidates =
     arms.length === 1 && arms[0] === 'free'
-      ? `SELECT seq FROM jobtable_jobs WHERE status = 'queued' AND kind = @k0 ORDER BY priority DESC, seq LIMIT @limit`
+      ? `SELECT seq FROM jobtable_jobs WHERE status = 'queued' AND kind = @k0 AND ${notPaused('@k0')} ORDER BY priority DESC, seq LIMIT @limit`
       : `SELECT seq FROM (${arms.map((arm, i) => `SELECT * FROM (${claimArm(arm, i)})`).join('\n UNION ALL ')})
           ORDER BY priority DESC, seq LIMIT @limit`
   return `
@@ -271,3 +277,10 @@ export const listJobs = `
      AND (@kind IS NULL OR kind = @kind)
    ORDER BY seq DESC
    LIMIT @limit`
+
+/** Pauses a kind for every process on the file; a kind already paused keeps its first time. */
+export const pauseKind = `INSERT INTO jobtable_paused_kinds (kind, paused_at) VALUES (@kind, @now) ON CONFLICT (kind) DO NOTHING`
+
+export const resumeKind = `DELETE FROM jobtable_paused_kinds WHERE kind = @kind`
+
+export const pausedKinds = `SELECT kind, paused_at AS pausedAt FROM jobtable_paused_kinds ORDER BY kind`
