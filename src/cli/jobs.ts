@@ -74,3 +74,32 @@ export async function migrate(ctx: CliContext): Promise<number> {
   logger.info('the database schema is up to date')
   return EXIT.ok
 }
+
+/**
+ * `jobtable kinds pause <kind>`, `kinds resume <kind>` and `kinds paused`:
+ * pauses and resumes a kind for every process on the database (see
+ * Runner.pause), and lists the paused kinds, as JSON on stdout.
+ */
+export async function kinds(ctx: CliContext): Promise<number> {
+  const { values, positionals } = parse(ctx.args, { ...COMMON_FLAGS }, true)
+  if (values.help) {
+    ctx.stdout.write(HELP.kinds)
+    return EXIT.ok
+  }
+  const [action, kind, ...extra] = positionals
+  if (action !== 'pause' && action !== 'resume' && action !== 'paused') throw new UsageError('expected kinds pause <kind>, kinds resume <kind> or kinds paused')
+  if (extra.length > 0) throw new UsageError(`unexpected argument ${JSON.stringify(extra[0])}`)
+  if (action === 'paused' && kind !== undefined) throw new UsageError('kinds paused takes no positional argument')
+  if (action !== 'paused' && (kind === undefined || kind.length === 0 || kind.length > 256)) throw new UsageError(`kinds ${action} needs a kind name of 1 to 256 characters`)
+  const runner = await openRunner(databaseOf(values.database, ctx.env), 1, loggerFor(values['log-level'] ?? 'warn'))
+  try {
+    if (action === 'paused') ctx.stdout.write(JSON.stringify({ paused: await runner.paused() }) + '\n')
+    else {
+      const changed = action === 'pause' ? await runner.pause(kind!) : await runner.resume(kind!)
+      ctx.stdout.write(JSON.stringify({ kind, paused: action === 'pause', changed }) + '\n')
+    }
+    return EXIT.ok
+  } finally {
+    await runner.close()
+  }
+}

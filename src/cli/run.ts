@@ -1,5 +1,5 @@
 import { JobtableError } from '../index.js'
-import { jobs, migrate } from './jobs.js'
+import { jobs, kinds, migrate } from './jobs.js'
 import type { CliContext } from './runtime.js'
 import { serve } from './serve.js'
 import { CliFailure, EXIT, HELP, UsageError } from './usage.js'
@@ -23,6 +23,8 @@ export async function run(argv: string[], io: { stdout: NodeJS.WritableStream; s
         return await migrate(ctx)
       case 'jobs':
         return await jobs(ctx)
+      case 'kinds':
+        return await kinds(ctx)
       case undefined:
       case '-h':
       case '--help':

@@ -25,6 +25,7 @@ export async function serve(ctx: CliContext, mode: 'serve' | 'worker'): Promise<
           host: { type: 'string' },
           port: { type: 'string', short: 'p' },
           'tokens-file': { type: 'string' },
+          'operator-scope': { type: 'string' },
           'max-connections': { type: 'string' },
           demo: { type: 'boolean' },
         }
@@ -53,6 +54,10 @@ export async function serve(ctx: CliContext, mode: 'serve' | 'worker'): Promise<
     throw new UsageError(`refusing to listen on ${host} without authentication: give --tokens-file (or JOBTABLE_TOKENS), or bind 127.0.0.1`)
   }
   const authorize = tokens === undefined ? undefined : bearerTokens(tokens)
+  const operatorScope = str('operator-scope')
+  if (operatorScope !== undefined && (tokens === undefined || operatorScope.length === 0 || operatorScope.length > 256)) {
+    throw new UsageError('--operator-scope names the scope of a token in --tokens-file (1 to 256 characters), whose holders may pause and resume kinds')
+  }
 
   const kinds: KindsModule | undefined = kindsPath === undefined ? undefined : await loadKinds(kindsPath)
   if (v.demo === true && typeof kinds?.demo !== 'function') throw new UsageError(`--demo needs ${kindsPath} to export demo(runner, { url })`)
@@ -66,7 +71,7 @@ export async function serve(ctx: CliContext, mode: 'serve' | 'worker'): Promise<
     kinds?.registerKinds(runner)
     if (workers > 0) await runner.start()
     if (mode === 'serve') {
-      const inner = createApi({ runner, authorize, logger })
+      const inner = createApi({ runner, authorize, logger, ...(operatorScope === undefined ? {} : { operatorScope }) })
       api = { ...inner, fetch: accessLogged(inner, logger) }
       listening = await listen(api, { host, port, authenticated: authorize !== undefined, maxConnections })
       logger.info({ url: listening.url, database: describeDatabase(database), workers, auth: authorize ? 'bearer' : 'none' }, `jobtable serving ${listening.url}/api/v1/jobs`)

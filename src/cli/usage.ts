@@ -61,6 +61,7 @@ Commands:
   worker    workers only
   migrate   create or upgrade the job tables, then exit
   jobs      list or show jobs (jobs list, jobs show <id>)
+  kinds     pause or resume a kind everywhere (kinds pause <kind>, kinds resume <kind>, kinds paused)
 
 Run jobtable <command> --help for a command's options.
 
@@ -81,6 +82,9 @@ ${DATABASE}
   -w, --workers <n>          concurrent jobs (default 4; 0 serves the API without workers)
       --tokens-file <path>   JSON file {"<token>": "<scope>", ...}: each bearer token and the
                              scope its holder owns (env JOBTABLE_TOKENS holds the same JSON)
+      --operator-scope <s>   the scope of the tokens that may pause and resume kinds over HTTP
+                             (without tokens every caller may; with tokens and no operator
+                             scope, none may)
       --max-connections <n>  connections held at once (default 256)
       --demo                 also run the kinds module's demo(runner, { url }) export
 ${STOP}
@@ -124,6 +128,20 @@ ${DATABASE}
       --kind <kind>          list: only this kind
       --limit <n>            list: page size, 1 to 1000 (default 50)
       --cursor <cursor>      list: the nextCursor of the previous page
+${LOG}
+  -h, --help                 this help
+`,
+  kinds: `Usage: jobtable kinds pause <kind> [options]
+       jobtable kinds resume <kind> [options]
+       jobtable kinds paused [options]
+
+Pauses a kind for every process on the database, and across restarts: its
+queued jobs stay queued and running ones finish; resume lets them run again.
+Prints {kind, paused, changed} (changed: false when it was already so), or
+the paused kinds, as JSON on stdout.
+
+Options:
+${DATABASE}
 ${LOG}
   -h, --help                 this help
 `,

@@ -47,6 +47,14 @@ export interface ApiOptions {
    * allow.
    */
   readonly allowedHosts?: 'any' | readonly string[]
+  /**
+   * The scope whose callers may pause and resume kinds
+   * (`POST /api/v1/kinds/{kind}/pause` and `/resume`), which acts on every
+   * scope's jobs. Default: none when `authorize` is set, so no caller may;
+   * without `authorize`, every caller may (the API then answers loopback
+   * names only, unless allowedHosts says otherwise).
+   */
+  readonly operatorScope?: string
 }
 
 /** A mounted API: a standard fetch handler, and close() to end its open event streams. */
@@ -63,6 +71,8 @@ const ALLOW = {
   job: 'GET, HEAD',
   events: 'GET, HEAD',
   cancel: 'POST',
+  pause: 'POST',
+  paused: 'GET, HEAD',
   openapi: 'GET, HEAD',
 } as const
 
@@ -76,6 +86,7 @@ const API_OPTIONS = Object.keys({
   eventsHeartbeatMs: 1,
   logger: 1,
   allowedHosts: 1,
+  operatorScope: 1,
 } satisfies Record<keyof ApiOptions, 1>)
 const LIST_PARAMS: ReadonlySet<string> = new Set(['status', 'kind', 'limit', 'cursor'])
 const openApiText = JSON.stringify(openApiDocument)
@@ -90,7 +101,10 @@ const openApiText = JSON.stringify(openApiDocument)
  */
 export function createApi(options: ApiOptions): Api {
   const given = optionsObject(options, API_OPTIONS, 'createApi')
-  const { runner, authorize, bodyLimitBytes = MIB, eventsPollMs = 250, eventsHeartbeatMs = 15_000, logger } = given
+  const { runner, authorize, bodyLimitBytes = MIB, eventsPollMs = 250, eventsHeartbeatMs = 15_000, logger, operatorScope } = given
+  if (operatorScope !== undefined && (typeof operatorScope !== 'string' || operatorScope.length === 0 || operatorScope.length > 256)) {
+    throw new TypeError('jobtable/http: operatorScope must be a non-empty string of at most 256 characters')
+  }
   const allowedHosts = given.allowedHosts ?? (authorize === undefined ? 'loopback' : 'any')
   if (runner === null || typeof runner !== 'object' || typeof runner.get !== 'function') {
     throw new TypeError('jobtable/http: createApi needs { runner }')
@@ -196,6 +210,33 @@ export function createApi(options: ApiOptions): Api {
     return json(result === 'cancelled' ? 200 : 202, jobBody(job))
   })
   app.all('/api/v1/jobs/:id/cancel', () => notAllowed(ALLOW.cancel))
+
+  /** The caller, if it may pause and resume kinds (see operatorScope), or the refusal to answer with. */
+  const operator = async (request: Request): Promise<Response | undefined> => {
+    const scope = await scopeOf(request)
+    if (scope instanceof Response) return scope
+    if (scope === null || scope === operatorScope) return undefined
+    return problem('forbidden')
+  }
+
+  app.get('/api/v1/kinds/paused', async (c) => {
+    const refused = await operator(c.req.raw)
+    if (refused !== undefined) return refused
+    return json(200, { paused: await runner.paused() })
+  })
+  app.all('/api/v1/kinds/paused', () => notAllowed(ALLOW.paused))
+
+  for (const action of ['pause', 'resume'] as const) {
+    app.post(`/api/v1/kinds/:kind/${action}`, async (c) => {
+      const refused = await operator(c.req.raw)
+      if (refused !== undefined) return refused
+      const kind = c.req.param('kind') ?? ''
+      if (kind.length === 0 || kind.length > 256) return problem('invalid_request', { issues: [{ path: 'kind' }] })
+      const changed = action === 'pause' ? await runner.pause(kind) : await runner.resume(kind)
+      return json(200, { kind, paused: action === 'pause', changed })
+    })
+    app.all(`/api/v1/kinds/:kind/${action}`, () => notAllowed(ALLOW.pause))
+  }
 
   app.notFound(() => problem('route_not_found'))
   app.onError((err) => {

@@ -13,6 +13,13 @@ const jobId = {
   description: 'A job id: a UUID version 7 (the enqueue time, then 74 random bits), or version 4 for a job stored by an earlier jobtable.',
   schema: { type: 'string', format: 'uuid' },
 }
+const kindName = {
+  name: 'kind',
+  in: 'path',
+  required: true,
+  description: 'A kind name, registered here or not.',
+  schema: { type: 'string', minLength: 1, maxLength: 256 },
+}
 const authErrors = {
   '401': problemResponse('No valid credentials (`unauthenticated`).'),
   '403': problemResponse('The caller may not use the API (`forbidden`).'),
@@ -84,6 +91,28 @@ export const openApiDocument = {
             description: "While a job of this kind and the caller's scope with this key is scheduled, queued or running, no other is stored: the answer is that job (200).",
           },
         },
+      },
+      PausedKinds: {
+        type: 'object',
+        required: ['paused'],
+        additionalProperties: false,
+        properties: {
+          paused: {
+            type: 'array',
+            items: {
+              type: 'object',
+              required: ['kind', 'pausedAt'],
+              additionalProperties: false,
+              properties: { kind: { type: 'string' }, pausedAt: { type: 'number', description: 'When it was paused, in epoch milliseconds.' } },
+            },
+          },
+        },
+      },
+      KindPause: {
+        type: 'object',
+        required: ['kind', 'paused', 'changed'],
+        additionalProperties: false,
+        properties: { kind: { type: 'string' }, paused: { type: 'boolean' }, changed: { type: 'boolean' } },
       },
       Problem: {
         type: 'object',
@@ -190,6 +219,43 @@ export const openApiDocument = {
           ...authErrors,
           '404': problemResponse('No job of the caller has this id (`not_found`), including a job of another scope.'),
           '409': problemResponse('The job has already finished (`job_finished`); nothing was changed.'),
+          ...serverErrors,
+        },
+      },
+    },
+    '/api/v1/kinds/paused': {
+      get: {
+        operationId: 'listPausedKinds',
+        summary: 'The kinds paused for every process on the database. Operators only (see operatorScope).',
+        responses: {
+          '200': { description: 'The paused kinds.', content: { 'application/json': { schema: ref('PausedKinds') } } },
+          ...authErrors,
+          ...serverErrors,
+        },
+      },
+    },
+    '/api/v1/kinds/{kind}/pause': {
+      post: {
+        operationId: 'pauseKind',
+        summary: 'Pauses a kind for every process and across restarts: its queued jobs stay queued, running ones finish. Operators only (see operatorScope).',
+        parameters: [kindName],
+        responses: {
+          '200': { description: 'The kind is paused; `changed` is false when it already was.', content: { 'application/json': { schema: ref('KindPause') } } },
+          '400': problemResponse('The kind name is empty or longer than 256 characters (`invalid_request`).'),
+          ...authErrors,
+          ...serverErrors,
+        },
+      },
+    },
+    '/api/v1/kinds/{kind}/resume': {
+      post: {
+        operationId: 'resumeKind',
+        summary: "Lets a paused kind's jobs be claimed again. Operators only (see operatorScope).",
+        parameters: [kindName],
+        responses: {
+          '200': { description: 'The kind is not paused; `changed` is false when it was not.', content: { 'application/json': { schema: ref('KindPause') } } },
+          '400': problemResponse('The kind name is empty or longer than 256 characters (`invalid_request`).'),
+          ...authErrors,
           ...serverErrors,
         },
       },

@@ -115,12 +115,12 @@ function sideRunner(db: string): Runner {
 
 describe('jobtable command', () => {
   it('prints help for every command with exit 0, and refuses bad command lines with exit 2', async () => {
-    for (const command of [[], ['serve'], ['worker'], ['migrate'], ['jobs']]) {
+    for (const command of [[], ['serve'], ['worker'], ['migrate'], ['jobs'], ['kinds']]) {
       const c = cli([...command, '--help'])
       expect(await c.exit, command.join(' ')).toBe(0)
       expect(c.stdout).toContain(`Usage: jobtable ${command[0] ?? '<command>'}`)
     }
-    for (const args of [[], ['frobnicate'], ['serve', '--bogus'], ['serve', '--kinds', KINDS, '--workers', 'many'], ['serve', '--port', '70000', '--kinds', KINDS], ['worker'], ['jobs'], ['jobs', 'show'], ['jobs', 'list', '--status', 'done'], ['migrate', '--log-level', 'loud'], ['worker', '--kinds', KINDS, '--stop-timeout', 'soon'], ['serve', '--kinds', KINDS, '--stop-timeout', '-1']]) {
+    for (const args of [[], ['frobnicate'], ['serve', '--bogus'], ['serve', '--kinds', KINDS, '--workers', 'many'], ['serve', '--port', '70000', '--kinds', KINDS], ['worker'], ['jobs'], ['jobs', 'show'], ['jobs', 'list', '--status', 'done'], ['migrate', '--log-level', 'loud'], ['worker', '--kinds', KINDS, '--stop-timeout', 'soon'], ['serve', '--kinds', KINDS, '--stop-timeout', '-1'], ['kinds'], ['kinds', 'pause'], ['kinds', 'stop', 'echo'], ['kinds', 'paused', 'echo']]) {
       const c = cli(args)
       expect(await c.exit, args.join(' ')).toBe(2)
       expect(c.stderr, args.join(' ')).toMatch(/^jobtable: |Usage: jobtable/)
@@ -300,6 +300,29 @@ describe('jobtable command', () => {
     const missing = cli(['jobs', 'show', '00000000-0000-4000-8000-000000000000', '-d', db])
     expect(await missing.exit).toBe(1)
     expect(missing.stderr).toBe('jobtable: job not found\n')
+  })
+
+  it('kinds pause, paused and resume act on the database for every process, as JSON on stdout', async () => {
+    const db = join(dir, 'pause.db')
+    const pause = cli(['kinds', 'pause', 'echo', '-d', db])
+    expect(await pause.exit).toBe(0)
+    expect(JSON.parse(pause.stdout)).toEqual({ kind: 'echo', paused: true, changed: true })
+    const again = cli(['kinds', 'pause', 'echo', '-d', db])
+    expect(await again.exit).toBe(0)
+    expect(JSON.parse(again.stdout).changed).toBe(false)
+    // A runner of another process reads the pause from the database.
+    const runner = new Runner({ driver: sqlite({ path: db }), logger: { debug() {}, info() {}, warn() {}, error() {} } })
+    expect((await runner.paused()).map((p) => p.kind)).toEqual(['echo'])
+    await runner.close()
+    const listed = cli(['kinds', 'paused', '-d', db])
+    expect(await listed.exit).toBe(0)
+    expect(JSON.parse(listed.stdout).paused.map((p: { kind: string }) => p.kind)).toEqual(['echo'])
+    const resume = cli(['kinds', 'resume', 'echo', '-d', db])
+    expect(await resume.exit).toBe(0)
+    expect(JSON.parse(resume.stdout)).toEqual({ kind: 'echo', paused: false, changed: true })
+    const none = cli(['kinds', 'paused', '-d', db])
+    expect(await none.exit).toBe(0)
+    expect(JSON.parse(none.stdout)).toEqual({ paused: [] })
   })
 
   it('fails with exit 1 and one line, without a stack, when the kinds module cannot load', async () => {

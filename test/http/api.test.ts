@@ -257,7 +257,7 @@ describeEachBackend('HTTP API', (backend) => {
     expect(doc.status).toBe(200)
     expect(doc.json.openapi).toBe('3.1.0')
     expect(doc.json).toEqual(JSON.parse(JSON.stringify(openApiDocument)))
-    expect(Object.keys(doc.json.paths).sort()).toEqual(['/api/v1/jobs', '/api/v1/jobs/{id}', '/api/v1/jobs/{id}/cancel', '/api/v1/jobs/{id}/events', '/api/v1/openapi.json'])
+    expect(Object.keys(doc.json.paths).sort()).toEqual(['/api/v1/jobs', '/api/v1/jobs/{id}', '/api/v1/jobs/{id}/cancel', '/api/v1/jobs/{id}/events', '/api/v1/kinds/paused', '/api/v1/kinds/{kind}/pause', '/api/v1/kinds/{kind}/resume', '/api/v1/openapi.json'])
     expect(doc.json.components.schemas.Problem.properties.code.enum.sort()).toEqual(Object.keys(PROBLEMS).sort())
   })
 
