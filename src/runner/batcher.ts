@@ -1,4 +1,13 @@
 /**
+ * The longest a chain of batches runs on microtasks alone before it waits
+ * for a turn of the event loop. Jobs whose handlers return at once, over
+ * SQLite's synchronous calls, finish, write and claim on microtasks only:
+ * without this, a backlog drained without ever letting timers, sockets or
+ * an HTTP request in (a 1 ms timer waited for the whole drain).
+ */
+const TURN_EVERY_MS = 10
+
+/**
  * Collects the items added before the current microtasks run out and
  * hands them to `process` together, one batch at a time. This is how concurrent
  * enqueues share a transaction and how finished jobs are group-committed:
@@ -10,15 +19,6 @@
  * into two alternating writes, of 8 and 2 jobs, each waiting for the
  * other: half the jobs per write.)
  */
-/**
- * The longest a chain of batches runs on microtasks alone before it waits
- * for a turn of the event loop. Jobs whose handlers return at once, over
- * SQLite's synchronous calls, finish, write and claim on microtasks only:
- * without this, a backlog drained without ever letting timers, sockets or
- * an HTTP request in (a 1 ms timer waited for the whole drain).
- */
-const TURN_EVERY_MS = 10
-
 export class Batcher<T> {
   readonly #process: (items: T[]) => Promise<ItemErrors>
   readonly #maxBatch: number
