@@ -451,7 +451,8 @@ function checkMs(name: string, value: unknown): void {
   if (typeof value !== 'number' || !Number.isInteger(value) || value < 0) throw new ConfigError(`${name} must be an integer >= 0 (milliseconds)`)
 }
 
-function toJob(row: JobRow): Job {
+/** A stored row as a Job is read: its result parsed, the reference design's fields and the lifecycle's. */
+export function toJob(row: JobRow): Job {
   return {
     id: row.id,
     kind: row.kind,

@@ -11,7 +11,7 @@ import type { KindDef } from '../kind.js'
 import type { Logger } from '../logger.js'
 import { optionsObject } from '../options.js'
 import { isThenable } from '../payload.js'
-import { Runner, type Kind, type RunnerOptions } from '../runner/runner.js'
+import { Runner, toJob, type Kind, type RunnerOptions } from '../runner/runner.js'
 import type { SqliteDatabase } from '../sqlite/database.js'
 import type { SqliteDriver } from '../sqlite/driver.js'
 import { TestClock } from './clock.js'
@@ -587,19 +587,7 @@ function statusesOf(status: JobStatus | readonly JobStatus[] | undefined, where:
 }
 
 function toTestJob(row: Row): TestJob {
-  return {
-    id: row.id,
-    kind: row.kind,
-    status: row.status,
-    result: row.result === null ? null : (JSON.parse(row.result) as JsonValue),
-    error: row.error,
-    attempt: row.attempt,
-    maxAttempts: row.maxAttempts,
-    priority: row.priority,
-    runAt: row.runAt,
-    payload: JSON.parse(row.payload) as JsonValue,
-    scope: row.scope,
-  }
+  return { ...toJob(row), payload: JSON.parse(row.payload) as JsonValue, scope: row.scope }
 }
 
 /** One line per job, at most LISTED of them: the user's own test data, shown to the test that made it. */

@@ -7,7 +7,7 @@
  * (JT_BACKEND with JT_SQLITE_PATH, or JT_PG_URL and JT_SCHEMA).
  */
 import { z } from 'zod'
-import { defineKind, Runner, type Driver } from 'jobtable'
+import { DatabaseError, defineKind, Runner, type Driver } from 'jobtable'
 import { postgres } from 'jobtable/postgres'
 import { sqlite } from 'jobtable/sqlite'
 
@@ -26,7 +26,23 @@ const shift = process.pid % keys.length
 const order = [...keys.slice(shift), ...keys.slice(0, shift)]
 await new Promise((resolve) => setTimeout(resolve, Math.max(0, Number(env('JT_START_AT')) - Date.now())))
 for (const key of order) {
-  const { id, created } = await kind.enqueueUnique({ pid: process.pid }, { uniqueKey: key })
+  const { id, created } = await enqueueRetrying(key)
   process.stdout.write(JSON.stringify({ key, id, created }) + '\n')
+}
+
+/**
+ * As an application would: an enqueue refused for a transient reason (four
+ * processes writing one SQLite file at once outlast its busy timeout) is
+ * tried again, and a retried enqueue of a key still finds one job.
+ */
+async function enqueueRetrying(key: string): Promise<{ id: string; created: boolean }> {
+  for (let attempt = 1; ; attempt++) {
+    try {
+      return await kind.enqueueUnique({ pid: process.pid }, { uniqueKey: key })
+    } catch (err) {
+      if (!(err instanceof DatabaseError) || !err.transient || attempt >= 20) throw err
+      await new Promise((resolve) => setTimeout(resolve, 10 * attempt))
+    }
+  }
 }
 await runner.close()
