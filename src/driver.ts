@@ -83,6 +83,18 @@ export interface Driver<Tx = unknown, TxSync extends boolean = boolean> {
   /** The paused kinds, by name, with when each was paused (epoch ms). */
   kindsPaused(): Promise<{ kind: string; pausedAt: number }[]>
   /**
+   * Moves the recurring schedule `name`'s last tick forward to `tickAt`
+   * and stores `jobs` (that tick's job, or none for a tick passed over)
+   * in the same transaction; a schedule not recorded yet is recorded at
+   * `tickAt`. When the schedule is already at or past `tickAt` nothing is
+   * written and it resolves false. Each tick moves it forward once,
+   * whatever runs concurrently: that is what enqueues a tick exactly once
+   * across processes. Unique keys in `jobs` work as in jobInsertMany.
+   */
+  scheduleAdvance(params: { name: string; tickAt: number; jobs: readonly NewJob[]; now: number }): Promise<boolean>
+  /** The last tick recorded for each of the schedules `names` that has one. */
+  schedulesRead(params: { names: readonly string[] }): Promise<{ name: string; lastTickAt: number }[]>
+  /**
    * The kinds of queued jobs that no live runner registered (see
    * runnerRegister): work that nothing running now can do.
    */

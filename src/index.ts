@@ -6,6 +6,7 @@
 export { Runner, jobStartChannel, jobEndChannel, claimErrorChannel } from './runner/runner.js'
 export type { RunnerOptions, StopOptions, Kind, TxOf, TxResult, JobEvent, EnqueueOptions, UniqueEnqueue, ListOptions, JobPage } from './runner/runner.js'
 export { defineKind } from './kind.js'
+export type { ScheduleDefinition, ScheduleEnqueueOptions, MissedTicks } from './schedule.js'
 export type { JobContext, KindDefinition, KindDef, KindOptions, Handler, RetryOptions, KindLimit } from './kind.js'
 export type { Logger } from './logger.js'
 export type { CancelResult, WakeReason, Driver, DriverCapabilities, LivenessCapability, NewJob, InsertResult, ClaimedJob, ClaimParams, FinishAndClaimParams, FinishAndClaimResult, JobFinish, JobRow, JobListParams } from './driver.js'

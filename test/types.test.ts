@@ -11,6 +11,24 @@ function typedRunner(): Runner<SqliteDriver> {
 }
 
 describe('types', () => {
+  it("a schedule's payload has its kind's payload type, whether the kind is a handle or a definition", () => {
+    const runner = typedRunner()
+    const digestDef = defineKind('digest', { payload: z.strictObject({ list: z.string() }) })
+    const digest = runner.register(digestDef)
+    runner.schedule('a', digest, { cron: '0 * * * *', payload: { list: 'news' } })
+    runner.schedule('b', digestDef, { cron: '0 * * * *', payload: (tick) => ({ list: tick.toISOString() }) })
+    // Never called: these would throw at run time, as they must not compile.
+    const refused = () => {
+      // @ts-expect-error wrong field type, by the handle
+      runner.schedule('c', digest, { cron: '0 * * * *', payload: { list: 7 } })
+      // @ts-expect-error wrong field type, by the definition
+      runner.schedule('d', digestDef, { cron: '0 * * * *', payload: () => ({ lists: 'news' }) })
+      // @ts-expect-error runAt is the tick's, not an option
+      runner.schedule('e', digest, { cron: '0 * * * *', payload: { list: 'news' }, options: { runAt: 5 } })
+    }
+    void refused
+  })
+
   it('a kind handle enqueues only its payload type', () => {
     const runner = typedRunner()
     const plan = runner.register('meal_plan', {

@@ -6,7 +6,7 @@
 import type Database from 'better-sqlite3'
 import { describe, expect, it } from 'vitest'
 import { createTestKit } from 'jobtable/testing'
-import { DAY, registerSignupKinds, type Mailer } from './signup.js'
+import { DAY, registerSignupKinds, registerWeeklyDigest, type Mailer } from './signup.js'
 
 /** A mailer that records what it sends, and fails the next `n` sends when told to. */
 function fakeMailer() {
@@ -111,5 +111,22 @@ describe('signup mail', () => {
     await kit.drain()
     expect(db.prepare('SELECT id FROM users').all()).toEqual([{ id: 'u1' }])
     expect(mailer.sent).toEqual([['ada@example.com', 'welcome']])
+  })
+
+  it('the weekly digest goes out each Monday at 09:00 Paris time, once, and not for the Mondays before the app first ran', async () => {
+    const mailer = fakeMailer()
+    // Sunday 2026-12-06, noon in Paris (11:00 UTC).
+    await using kit = await createTestKit({ register: (runner) => registerWeeklyDigest(runner, mailer), clock: new Date('2026-12-06T11:00:00Z') })
+    expect(await kit.drain()).toEqual([])
+
+    // Monday 08:59 in Paris: not yet.
+    kit.clock.set(new Date('2026-12-07T07:59:00Z'))
+    expect(await kit.drain()).toEqual([])
+
+    kit.clock.set(new Date('2026-12-07T08:00:00Z'))
+    expect(await kit.drain()).toMatchObject([{ kind: 'signup_digest', status: 'succeeded', payload: { to: 'team@example.com', week: '2026-12-07' } }])
+    // Drained again the same morning: the tick was enqueued once.
+    expect(await kit.drain()).toEqual([])
+    expect(mailer.sent).toEqual([['team@example.com', 'digest']])
   })
 })

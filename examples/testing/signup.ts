@@ -1,7 +1,8 @@
 /**
  * A small app's signup mail, as jobs: a welcome mail at once, which
  * schedules a reminder three days later; the reminder retries while the
- * mail provider is down. The mailer is handed in, so the app passes its
+ * mail provider is down. A digest of the week's signups goes out every
+ * Monday at 09:00, Paris time, as a recurring job. The mailer is handed in, so the app passes its
  * provider's client and a test passes a fake (signup.test.ts).
  */
 import { z } from 'zod'
@@ -11,7 +12,7 @@ export const DAY = 24 * 60 * 60 * 1000
 
 /** What the jobs need of a mail provider. */
 export interface Mailer {
-  send(to: string, template: 'welcome' | 'reminder'): Promise<void>
+  send(to: string, template: 'welcome' | 'reminder' | 'digest'): Promise<void>
 }
 
 const user = z.strictObject({ userId: z.string().min(1), email: z.email() })
@@ -41,4 +42,19 @@ export function registerSignupKinds<D extends Driver>(runner: Runner<D>, mailer:
   })
 
   return { welcome, reminder }
+}
+
+/** Registers the weekly digest's kind on `runner` and declares its schedule: every Monday at 09:00 in Paris. */
+export function registerWeeklyDigest<D extends Driver>(runner: Runner<D>, mailer: Mailer) {
+  const digest = runner.register('signup_digest', {
+    payload: z.strictObject({ to: z.email(), week: z.string() }),
+    handler: async ({ to }) => mailer.send(to, 'digest'),
+  })
+  // Each Monday's tick is enqueued once, however many of the app's processes declare it.
+  runner.schedule('weekly-signup-digest', digest, {
+    cron: '0 9 * * 1',
+    timezone: 'Europe/Paris',
+    payload: (tick) => ({ to: 'team@example.com', week: tick.toISOString().slice(0, 10) }),
+  })
+  return { digest }
 }

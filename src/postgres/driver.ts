@@ -336,6 +336,20 @@ export class PostgresDriver implements Driver<PgQueryable, false> {
     return (await this.#query<{ kind: string; pausedAt: number }>('read paused kinds', this.#q.pausedKinds, [])).rows
   }
 
+  async scheduleAdvance({ name, tickAt, jobs, now }: { name: string; tickAt: number; jobs: readonly NewJob[]; now: number }): Promise<boolean> {
+    return this.#transaction('advance schedule', async (query) => {
+      if ((await query(this.#q.advanceSchedule, [name, tickAt, now])).rows.length === 0) return false
+      if (jobs.length === 0) return true
+      if (hasUniqueKey(jobs)) await this.#insertUnique(query, jobs, now)
+      else await query(this.#q.insertJobs, insertValues(jobs, now))
+      return true
+    })
+  }
+
+  async schedulesRead({ names }: { names: readonly string[] }): Promise<{ name: string; lastTickAt: number }[]> {
+    return (await this.#query<{ name: string; lastTickAt: number }>('read schedules', this.#q.readSchedules, [names])).rows
+  }
+
   async jobPromoteDue({ now, limit }: { now: number; limit: number }): Promise<number> {
     return (await this.#query('promote due jobs', this.#q.promoteDue, [now, limit])).rowCount ?? 0
   }

@@ -240,6 +240,15 @@ export const MIGRATIONS: readonly Migration[] = [
       $fn$;
     `,
   },
+  {
+    version: 11,
+    sql: (s) => `
+      -- Recurring jobs: the latest tick of each schedule enqueued (see the
+      -- SQLite migration of the same number). The forward-only upsert on
+      -- the primary key serializes concurrent processes on the row.
+      CREATE TABLE ${s}.schedules (name text PRIMARY KEY, last_tick_at bigint NOT NULL, updated_at bigint NOT NULL);
+    `,
+  },
 ]
 
 /** The schema version this jobtable writes. */

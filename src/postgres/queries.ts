@@ -76,6 +76,15 @@ export function queries(s: string) {
 
     pausedKinds: `SELECT kind, paused_at::float8 AS "pausedAt" FROM ${s}.paused_kinds ORDER BY kind`,
 
+    /** Moves a schedule's last tick forward (see the SQLite advanceSchedule); a row only when it moved. Concurrent calls wait on the row's lock and see the winner's tick. */
+    advanceSchedule: `
+      INSERT INTO ${s}.schedules AS c (name, last_tick_at, updated_at) VALUES ($1, $2, $3)
+      ON CONFLICT (name) DO UPDATE SET last_tick_at = excluded.last_tick_at, updated_at = excluded.updated_at
+       WHERE c.last_tick_at < excluded.last_tick_at
+      RETURNING name`,
+
+    readSchedules: `SELECT name, last_tick_at::float8 AS "lastTickAt" FROM ${s}.schedules WHERE name = ANY ($1::text[])`,
+
     /** The live jobs holding the unique keys ($1 kinds, $2 scopes, $3 keys), with the 1-based index of the key each holds. */
     uniqueHolders: `
       SELECT j.id, t.ord::int AS ord

@@ -3,6 +3,7 @@ import { InvalidArgumentError } from '../errors.js'
 import { newJobId } from '../id.js'
 import type { RegisteredKind } from '../kind.js'
 import { optionsObject } from '../options.js'
+import type { ScheduleEnqueueOptions } from '../schedule.js'
 import { encodePayload, encodePayloadSync } from '../payload.js'
 import { isTransient } from './backoff.js'
 import { Batcher, type ItemErrors } from './batcher.js'
@@ -148,6 +149,16 @@ export class Enqueuer {
     return { id: job.id, created: true }
   }
 
+  /**
+   * Makes, without storing it, the job of a recurring schedule's tick: its
+   * payload validated, due at the tick (already past: it is stored
+   * queued), with the schedule's enqueue options.
+   */
+  async prepare(kind: RegisteredKind, payload: unknown, options: ScheduleEnqueueOptions | undefined, tick: number): Promise<NewJob> {
+    const placement = { ...placementOf(options, this.#clock), runAt: tick }
+    return { id: newJobId(), payload: await encodePayload(kind.name, kind.schema, payload), ...fieldsOf(kind, placement) }
+  }
+
   /** After a store: wake a worker, or tell the scheduler when the job is due. */
   #stored(placement: Placement): void {
     if (placement.runAt !== null) this.#scheduled(placement.runAt)
@@ -245,7 +256,7 @@ const PRIORITY_MIN = -2_147_483_648
 const PRIORITY_MAX = 2_147_483_647
 
 /** What an enqueue's options place the job as; refuses unknown options and bad values (InvalidArgumentError). */
-function placementOf(options: EnqueueOptions | undefined, clock: () => number): Placement {
+export function placementOf(options: EnqueueOptions | undefined, clock: () => number): Placement {
   const { scope, runAt, delayMs, priority = 0, timeoutMs, uniqueKey } = optionsObject(options, ENQUEUE_KEYS, 'enqueue', 'argument')
   if (!Number.isInteger(priority) || priority < PRIORITY_MIN || priority > PRIORITY_MAX) {
     throw new InvalidArgumentError(`priority must be an integer from ${PRIORITY_MIN} to ${PRIORITY_MAX}`)

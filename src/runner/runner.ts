@@ -6,9 +6,11 @@ import { JOB_STATUSES, type Job, type JobStatus, type JsonValue } from '../job.j
 import { type Handler, isKindDefinition, type KindDef, type KindDefinition, RegisteredKind, splitDefinition } from '../kind.js'
 import { defaultLogger, type Logger } from '../logger.js'
 import { optionsObject } from '../options.js'
+import { encodePayload } from '../payload.js'
+import { Schedule, type ScheduleDefinition } from '../schedule.js'
 import { errorCode } from './backoff.js'
 import { ClaimGate } from './claim-gate.js'
-import { type EnqueueOptions, Enqueuer, type Kind, type UniqueEnqueue } from './enqueue.js'
+import { type EnqueueOptions, Enqueuer, type Kind, placementOf, type UniqueEnqueue } from './enqueue.js'
 import { Liveness, retryTransient } from './liveness.js'
 import { Maintenance } from './maintenance/index.js'
 import { Producer } from './producer.js'
@@ -118,6 +120,9 @@ export class Runner<D extends Driver = Driver> {
   readonly #onFatal: ((error: unknown) => void) | undefined
   readonly #timeoutGraceMs: number
   readonly #kinds = new Map<string, RegisteredKind>()
+  readonly #schedules = new Map<string, Schedule>()
+  /** Checks of schedules' payloads that validate asynchronously: start() awaits them. */
+  readonly #scheduleChecks: Promise<unknown>[] = []
   readonly #enqueuer: Enqueuer
   readonly #gate: ClaimGate
   #producer: Producer | undefined
@@ -200,6 +205,41 @@ export class Runner<D extends Driver = Driver> {
   }
 
   /**
+   * Declares a recurring job: once this runner has started, each tick of
+   * `definition.cron` (in its `timezone`, default UTC) enqueues one job of
+   * `kind` with the definition's payload. Every process that declares a
+   * schedule of this `name` shares it: each tick is enqueued exactly once
+   * across all of them, by the database, with no leader. A new schedule
+   * starts with its next tick; ticks missed while no process ran follow
+   * `missed` (default `last`: the latest of them, once). Removing the
+   * declaration stops it. The kind must be registered here (with or
+   * without a handler); the definition and a payload that is not a
+   * function are checked now (ConfigError, InvalidPayloadError). Before
+   * start.
+   */
+  schedule<S extends StandardSchemaV1>(name: string, kind: KindDef<S, unknown, string>, definition: ScheduleDefinition<StandardSchemaV1.InferInput<S>>): void
+  schedule<In>(name: string, kind: Kind<In, D>, definition: ScheduleDefinition<In>): void
+  schedule(name: string, kind: string, definition: ScheduleDefinition): void
+  schedule(name: string, kind: string | { readonly name: string }, definition: ScheduleDefinition): void {
+    const kindName = typeof kind === 'string' ? kind : kind?.name
+    if (this.#state !== 'new') throw new RunnerStateError(`schedule ${JSON.stringify(name)}: the runner has already started`)
+    const registered = typeof kindName === 'string' ? this.#kinds.get(kindName) : undefined
+    if (registered === undefined) throw new UnknownKindError(String(kindName))
+    const schedule = new Schedule(name, registered.name, definition)
+    if (this.#schedules.has(schedule.name)) throw new ConfigError(`schedule ${JSON.stringify(name)} is already declared`)
+    try {
+      placementOf(schedule.options, this.#clock)
+    } catch (err) {
+      throw new ConfigError(`schedule ${JSON.stringify(name)}: ${err instanceof Error ? err.message : 'invalid options'}`)
+    }
+    if (typeof schedule.payload !== 'function') {
+      const checked = encodePayload(registered.name, registered.schema, schedule.payload)
+      if (typeof checked !== 'string') this.#scheduleChecks.push(checked)
+    }
+    this.#schedules.set(schedule.name, schedule)
+  }
+
+  /**
    * Stores a queued job of a kind known only at run time, with its payload
    * as parsed JSON. The kind must be registered here, with or without a
    * handler: rejects with UnknownKindError or InvalidPayloadError, storing
@@ -224,11 +264,20 @@ export class Runner<D extends Driver = Driver> {
     return registered && { name, enqueueOverHttp: registered.enqueueOverHttp, handled: registered.handler !== undefined }
   }
 
-  /** Tells an idle worker to look for a queued job: call it after committing a transactional enqueue. */
-  wake(): void {
+  /**
+   * Tells an idle worker to look for a queued job: call it after
+   * committing a transactional enqueue, or after moving an injected clock.
+   * The promise (which never rejects, and need not be awaited) resolves
+   * once the scheduler has promoted the jobs due by the clock and the
+   * recurring schedules have enqueued the ticks it has reached.
+   */
+  wake(): Promise<void> {
     this.#producer?.wake()
-    // A transactional enqueue of a scheduled job, or a clock moved on (a test's): promote what is due, read the next due time.
-    void this.#maintenance?.scheduler.tick()
+    const maintenance = this.#maintenance
+    if (maintenance === undefined) return Promise.resolve()
+    // A transactional enqueue of a scheduled job, or a clock moved on (a test's): promote what is due, read the
+    // next due time, and enqueue the recurring ticks the clock has reached.
+    return Promise.all([maintenance.scheduler.tick(), maintenance.recurring.tick()]).then(() => undefined)
   }
 
   /**
@@ -247,6 +296,13 @@ export class Runner<D extends Driver = Driver> {
   }
 
   async #begin(): Promise<void> {
+    try {
+      await Promise.all(this.#scheduleChecks)
+    } catch (err) {
+      this.#state = 'new'
+      clearInterval(this.#keepAlive)
+      throw err
+    }
     const handled = new Map([...this.#kinds].filter(([, k]) => k.handler !== undefined))
     const liveness = new Liveness(this.#driver, this.id, [...handled.keys()], this.#logger, this.#clock)
     const maintenance = new Maintenance({
@@ -259,6 +315,8 @@ export class Runner<D extends Driver = Driver> {
       wake: () => this.#producer?.wake(),
       running: () => this.#producer?.running ?? 0,
       cancel: (ids) => this.#producer?.cancel(ids),
+      schedules: [...this.#schedules.values()],
+      prepare: (schedule, tick) => this.#enqueuer.prepare(this.#kinds.get(schedule.kind)!, schedule.payloadAt(tick), schedule.options, tick),
     })
     try {
       await liveness.start()

@@ -137,6 +137,8 @@ export class SqliteDriver implements Driver<SqliteDatabase, true> {
   readonly #insertMany: (jobs: readonly NewJob[], now: number) => void
   /** A batch with unique keys: one job at a time, in one transaction. */
   readonly #insertManyUnique: (jobs: readonly NewJob[], now: number) => (string | null)[]
+  /** A schedule's move to a later tick and that tick's jobs, in one transaction. */
+  readonly #advanceSchedule: (name: string, tickAt: number, jobs: readonly NewJob[], now: number) => boolean
   readonly #releaseMany: (jobs: readonly { id: string; attempt: number }[], now: number) => void
   readonly #finishMany: (finishes: readonly JobFinish[], now: number) => boolean[]
   readonly #finishManyAndClaim: (
@@ -231,6 +233,12 @@ export class SqliteDriver implements Driver<SqliteDatabase, true> {
       for (let i = 0; i < jobs.length; i += sql.INSERT_ROWS_MAX) this.#insertChunk(jobs, i, Math.min(jobs.length, i + sql.INSERT_ROWS_MAX), now)
     }).immediate
     this.#insertManyUnique = this.#writer.transaction((jobs: readonly NewJob[], now: number) => this.#insertEach(onWriter, jobs, now)).immediate
+    const advance = this.#writer.prepare(sql.advanceSchedule)
+    this.#advanceSchedule = this.#writer.transaction((name: string, tickAt: number, jobs: readonly NewJob[], now: number) => {
+      if (advance.get({ name, tick: tickAt, now }) === undefined) return false
+      this.#insertEach(onWriter, jobs, now)
+      return true
+    }).immediate
     const release = this.#writer.prepare(sql.releaseJob)
     this.#releaseMany = this.#writer.transaction((jobs: readonly { id: string; attempt: number }[], now: number) => {
       for (const job of jobs) release.run({ id: job.id, attempt: job.attempt, now })
@@ -464,6 +472,14 @@ export class SqliteDriver implements Driver<SqliteDatabase, true> {
 
   async kindsPaused(): Promise<{ kind: string; pausedAt: number }[]> {
     return run('read paused kinds', () => this.#reader.prepare(sql.pausedKinds).all() as { kind: string; pausedAt: number }[])
+  }
+
+  async scheduleAdvance({ name, tickAt, jobs, now }: { name: string; tickAt: number; jobs: readonly NewJob[]; now: number }): Promise<boolean> {
+    return this.#write('advance schedule', () => this.#advanceSchedule(name, tickAt, jobs, now))
+  }
+
+  async schedulesRead({ names }: { names: readonly string[] }): Promise<{ name: string; lastTickAt: number }[]> {
+    return run('read schedules', () => this.#reader.prepare(sql.readSchedules).all({ names: JSON.stringify(names) }) as { name: string; lastTickAt: number }[])
   }
 
   async queueNextDue(_params: { now: number }): Promise<number | null> {

@@ -180,6 +180,21 @@ export const MIGRATIONS: readonly { version: number; sql: string }[] = [
       CREATE TABLE jobtable_paused_kinds (kind TEXT PRIMARY KEY, paused_at INTEGER NOT NULL) STRICT;
     `,
   },
+  {
+    version: 11,
+    sql: `
+      -- Recurring jobs: the latest tick of each schedule that was enqueued
+      -- (or passed over), by the schedule's name. A tick is enqueued by the
+      -- write that moves last_tick_at forward to it, in the same
+      -- transaction as its job, and the row only ever moves forward: each
+      -- tick is enqueued once however many processes declare the schedule.
+      CREATE TABLE jobtable_schedules (
+        name         TEXT    NOT NULL PRIMARY KEY,
+        last_tick_at INTEGER NOT NULL,
+        updated_at   INTEGER NOT NULL
+      ) STRICT;
+    `,
+  },
 ]
 
 /** The schema version this jobtable writes. */

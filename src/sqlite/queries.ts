@@ -284,3 +284,17 @@ export const pauseKind = `INSERT INTO jobtable_paused_kinds (kind, paused_at) VA
 export const resumeKind = `DELETE FROM jobtable_paused_kinds WHERE kind = @kind`
 
 export const pausedKinds = `SELECT kind, paused_at AS pausedAt FROM jobtable_paused_kinds ORDER BY kind`
+
+/**
+ * Moves a schedule's last tick forward to @tick, or records it for a
+ * schedule seen for the first time; a row already at or past @tick is
+ * left alone. Returns the row only when it moved: the caller then stores
+ * the tick's job in the same transaction.
+ */
+export const advanceSchedule = `
+  INSERT INTO jobtable_schedules (name, last_tick_at, updated_at) VALUES (@name, @tick, @now)
+  ON CONFLICT (name) DO UPDATE SET last_tick_at = excluded.last_tick_at, updated_at = excluded.updated_at
+   WHERE last_tick_at < excluded.last_tick_at
+  RETURNING name`
+
+export const readSchedules = `SELECT name, last_tick_at AS lastTickAt FROM jobtable_schedules WHERE name IN (SELECT value FROM json_each(@names))`

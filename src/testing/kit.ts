@@ -350,6 +350,8 @@ class Kit<K> implements TestKit<K> {
     const deadline = performance.now() + timeoutMs
     for (;;) {
       if (this.#stoppedWith !== undefined) throw this.#stoppedWith
+      // The recurring schedules' ticks the clock has reached are enqueued (and their jobs drained) before the queue counts as idle.
+      await this.runner.wake()
       await this.#promoteDue()
       const { queued, running } = this.#activity()
       const queuedCount = Object.values(queued).reduce((a, b) => a + b, 0)

@@ -33,7 +33,7 @@ describe.skipIf(skip !== undefined)('postgres: schema and migrations', () => {
       `SELECT table_name AS name FROM information_schema.tables WHERE table_schema = $1 ORDER BY 1`,
       [schema],
     )
-    expect(tables.rows.map((r) => r.name)).toEqual(['jobs', 'migrations', 'paused_kinds', 'runners'])
+    expect(tables.rows.map((r) => r.name)).toEqual(['jobs', 'migrations', 'paused_kinds', 'runners', 'schedules'])
   })
 
   it('refuses a schema made by a newer jobtable and leaves it untouched', async () => {

@@ -5,13 +5,16 @@ import { InterruptedSweep } from './interrupted.js'
 import { CancelWatch } from './cancel-watch.js'
 import { LostClaimRecovery } from './lost-claims.js'
 import { Scheduler } from './scheduler.js'
+import { RecurringJobs } from './recurring.js'
+import type { NewJob } from '../../driver.js'
+import type { Schedule } from '../../schedule.js'
 import { UnservedKinds } from './unserved-kinds.js'
 
 /**
  * The runner's chores around the claim, independent of the driver: one
  * small service each (the interrupted sweep, lost-claim recovery, the
- * check for kinds no runner handles, the scheduler of due jobs), each
- * with its own timer. Later chores (retention, cron) join them here.
+ * check for kinds no runner handles, the scheduler of due jobs, the
+ * recurring jobs' ticks), each with its own timer.
  */
 export class Maintenance {
   readonly #interrupted: InterruptedSweep
@@ -19,6 +22,8 @@ export class Maintenance {
   readonly scheduler: Scheduler
   /** Aborts the jobs running here whose cancellation was requested; ticked on a cancel notification. */
   readonly cancels: CancelWatch
+  /** Enqueues the recurring schedules' ticks; ticked when the clock may have moved. */
+  readonly recurring: RecurringJobs
   readonly #services: { start(): void; stop(): Promise<void> }[]
 
   constructor(options: {
@@ -33,17 +38,22 @@ export class Maintenance {
     /** How many jobs run here, and how to abort some of them. */
     running: () => number
     cancel: (ids: readonly string[]) => void
+    /** The recurring schedules declared on the runner, and how to make a tick's job. */
+    schedules: readonly Schedule[]
+    prepare: (schedule: Schedule, tick: number) => Promise<NewJob>
   }) {
-    const { driver, runnerId, gate, unknownKindGraceMs, logger, clock, wake, running, cancel } = options
+    const { driver, runnerId, gate, unknownKindGraceMs, logger, clock, wake, running, cancel, schedules, prepare } = options
     this.#interrupted = new InterruptedSweep(driver, runnerId, logger, clock)
     this.scheduler = new Scheduler(driver, logger, clock, wake)
     this.cancels = new CancelWatch(driver, runnerId, logger, running, cancel)
+    this.recurring = new RecurringJobs({ driver, schedules, prepare, logger, clock, stored: wake })
     this.#services = [
       this.#interrupted,
       new LostClaimRecovery(gate, driver.capabilities.liveness.sweepMs, logger),
       new UnservedKinds(driver, unknownKindGraceMs, logger, clock),
       this.scheduler,
       this.cancels,
+      this.recurring,
     ]
   }
 

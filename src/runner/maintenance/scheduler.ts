@@ -74,7 +74,8 @@ export class Scheduler {
     if (this.#stopped) return Promise.resolve()
     if (this.#pass !== undefined) {
       this.#again = true
-      return this.#pass
+      // The pass after this one starts in the current pass's finally: resolve once that one has ended too.
+      return this.#pass.then(() => this.#pass)
     }
     this.#pass = this.#run().finally(() => {
       this.#pass = undefined
