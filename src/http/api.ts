@@ -14,7 +14,7 @@ import { isRefusal, type Authorize } from './auth.js'
 import { readJsonBody } from './body.js'
 import { eventStream } from './events.js'
 import { jobBody, parseJobId } from './job-body.js'
-import { openApiDocument } from './openapi.js'
+import { openApiDocumentFor } from './openapi.js'
 import { problem } from './problem.js'
 import { isLoopback } from './hosts.js'
 import { optionsObject } from '../options.js'
@@ -89,7 +89,6 @@ const API_OPTIONS = Object.keys({
   operatorScope: 1,
 } satisfies Record<keyof ApiOptions, 1>)
 const LIST_PARAMS: ReadonlySet<string> = new Set(['status', 'kind', 'limit', 'cursor'])
-const openApiText = JSON.stringify(openApiDocument)
 
 /**
  * Makes the HTTP API of a runner as a standard fetch handler (Request in,
@@ -151,7 +150,14 @@ export function createApi(options: ApiOptions): Api {
     return next()
   })
 
-  app.get('/api/v1/openapi.json', () => new Response(openApiText, { headers: { 'content-type': 'application/json' } }))
+  // Made at the first request, once the application has registered its kinds; again if it registers more.
+  let document: { kinds: number; text: string } | undefined
+  const openApiText = (): string => {
+    const kinds = runner.kinds().filter((k) => k.enqueueOverHttp)
+    if (document?.kinds !== kinds.length) document = { kinds: kinds.length, text: JSON.stringify(openApiDocumentFor(kinds.map((k) => ({ name: k.name, payload: k.payload })))) }
+    return document.text
+  }
+  app.get('/api/v1/openapi.json', () => new Response(openApiText(), { headers: { 'content-type': 'application/json' } }))
   app.all('/api/v1/openapi.json', () => notAllowed(ALLOW.openapi))
 
   app.get('/api/v1/jobs', async (c) => {

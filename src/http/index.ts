@@ -10,5 +10,5 @@
 export { createApi, type Api, type ApiOptions } from './api.js'
 export { bearerTokens, isRefusal, FORBIDDEN, UNAUTHENTICATED, MIN_TOKEN_LENGTH, type Authorize, type Refusal } from './auth.js'
 export { PROBLEMS, PROBLEM_MEDIA_TYPE, problemType, type ProblemCode } from './problem.js'
-export { openApiDocument } from './openapi.js'
+export { openApiDocument, openApiDocumentFor, type DocumentKind } from './openapi.js'
 export { listen, isLoopback, UnsafeBindError, type ListenOptions, type Listening } from './server.js'

@@ -1,3 +1,4 @@
+import type { StandardJSONSchemaV1, StandardSchemaV1 } from '@standard-schema/spec'
 import { JOB_STATUSES } from '../job.js'
 import { PROBLEMS, PROBLEM_MEDIA_TYPE, type ProblemCode } from './problem.js'
 
@@ -31,9 +32,11 @@ const serverErrors = {
 }
 
 /**
- * The OpenAPI 3.1 document of the HTTP API, served at
- * `GET /api/v1/openapi.json`. The test suite checks real responses against
- * its schemas, so it describes what the server does, not what it should.
+ * The OpenAPI 3.1 document of the HTTP API, without its kinds: every
+ * payload an arbitrary value. A mounted API serves the document of its
+ * runner's kinds (openApiDocumentFor) at `GET /api/v1/openapi.json`. The
+ * test suite checks real responses against its schemas, so it describes
+ * what the server does, not what it should.
  */
 export const openApiDocument = {
   openapi: '3.1.0',
@@ -42,7 +45,9 @@ export const openApiDocument = {
     version: '1.0.0',
     description:
       'Durable background jobs. Every job belongs to the scope of the caller that enqueued it; a caller sees only its own, and a job of another scope answers exactly as a missing one.',
+    license: { name: 'MIT', identifier: 'MIT' },
   },
+  servers: [{ url: '/', description: 'The origin the API is mounted on.' }],
   components: {
     securitySchemes: { bearer: { type: 'http', scheme: 'bearer' } },
     schemas: {
@@ -265,8 +270,102 @@ export const openApiDocument = {
         operationId: 'openApi',
         summary: 'This document. It needs no credentials: it holds no data.',
         security: [],
-        responses: { '200': { description: 'The OpenAPI 3.1 document.', content: { 'application/json': { schema: { type: 'object' } } } } },
+        responses: {
+          '200': { description: 'The OpenAPI 3.1 document.', content: { 'application/json': { schema: { type: 'object' } } } },
+          '403': problemResponse('The Host header names a host the API is not configured for (`forbidden`).'),
+          ...serverErrors,
+        },
       },
     },
   },
 } as const
+
+/** A kind as the document describes it: its name and its payload schema. */
+export interface DocumentKind {
+  readonly name: string
+  readonly payload: StandardSchemaV1
+}
+
+type JsonSchema = Record<string, unknown>
+
+/**
+ * The OpenAPI document of an API whose kinds HTTP may enqueue are
+ * `kinds`: the enqueue request is one of a shape per kind, its `kind` a
+ * constant and its `payload` the JSON Schema of the kind's payload, so a
+ * client generated from it (openapi-typescript) checks payloads at
+ * compile time. A schema is converted through the Standard JSON Schema
+ * interface (`~standard.jsonSchema`, which zod implements, and valibot
+ * through `toStandardJsonSchema` of @valibot/to-json-schema); a payload
+ * whose schema cannot be converted is any JSON value. Without kinds, it
+ * is `openApiDocument`.
+ */
+export function openApiDocumentFor(kinds: readonly DocumentKind[]): typeof openApiDocument {
+  if (kinds.length === 0) return openApiDocument
+  const schemas: Record<string, unknown> = { ...openApiDocument.components.schemas }
+  const variants: { name: string; ref: string }[] = []
+  const taken = new Set(Object.keys(schemas))
+  for (const kind of kinds) {
+    const id = componentName(`Enqueue_${kind.name}`, taken)
+    const payload = payloadSchema(kind.payload, id, schemas, taken)
+    schemas[id] = {
+      type: 'object',
+      required: ['kind', 'payload'],
+      additionalProperties: false,
+      properties: {
+        kind: { type: 'string', const: kind.name },
+        payload,
+        uniqueKey: openApiDocument.components.schemas.EnqueueRequest.properties.uniqueKey,
+      },
+    }
+    variants.push({ name: kind.name, ref: `#/components/schemas/${id}` })
+  }
+  schemas['EnqueueRequest'] = {
+    description: 'A job to enqueue: one shape per kind that may be enqueued over HTTP.',
+    oneOf: variants.map((v) => ({ $ref: v.ref })),
+    discriminator: { propertyName: 'kind', mapping: Object.fromEntries(variants.map((v) => [v.name, v.ref])) },
+  }
+  return { ...openApiDocument, components: { ...openApiDocument.components, schemas } } as unknown as typeof openApiDocument
+}
+
+/**
+ * A reference to the JSON Schema of a kind's payload, stored as the
+ * component `<id>_payload`, or an arbitrary value's schema when its
+ * library cannot say. Definitions it carries
+ * (`$defs`, for a recursive or shared part) move to components named
+ * after `id`, with their references rewritten: nested in a component, a
+ * reference to `#/$defs/...` would point at the document's root.
+ */
+function payloadSchema(schema: StandardSchemaV1, id: string, schemas: Record<string, unknown>, taken: Set<string>): JsonSchema {
+  const converter = (schema['~standard'] as Partial<StandardJSONSchemaV1.Props>).jsonSchema
+  let converted: JsonSchema
+  try {
+    if (converter === undefined || typeof converter.input !== 'function') throw new Error('no converter')
+    converted = converter.input({ target: 'draft-2020-12' })
+  } catch {
+    return { description: "The job's payload, validated by the kind's schema (which does not describe itself as JSON Schema)." }
+  }
+  const { $schema: _dialect, $defs, ...rest } = converted
+  const own = componentName(`${id}_payload`, taken)
+  // "#" (a recursive schema's reference to its root) is the payload's own component.
+  const renamed = new Map<string, string>([['#', `#/components/schemas/${own}`]])
+  for (const name of Object.keys(($defs as JsonSchema | undefined) ?? {})) renamed.set(`#/$defs/${name}`, `#/components/schemas/${componentName(`${id}_${name}`, taken)}`)
+  const rewrite = (value: unknown): unknown => {
+    if (Array.isArray(value)) return value.map(rewrite)
+    if (value === null || typeof value !== 'object') return value
+    return Object.fromEntries(Object.entries(value).map(([k, v]) => [k, k === '$ref' && typeof v === 'string' ? (renamed.get(v) ?? v) : rewrite(v)]))
+  }
+  for (const [name, def] of Object.entries(($defs as JsonSchema | undefined) ?? {})) {
+    schemas[renamed.get(`#/$defs/${name}`)!.slice('#/components/schemas/'.length)] = rewrite(def)
+  }
+  schemas[own] = rewrite(rest)
+  return { $ref: `#/components/schemas/${own}` }
+}
+
+/** A component name from `base` (OpenAPI allows letters, digits, `.`, `-` and `_`), not yet taken; marked taken. */
+function componentName(base: string, taken: Set<string>): string {
+  const clean = base.replace(/[^A-Za-z0-9._-]/g, '_')
+  let name = clean
+  for (let n = 2; taken.has(name); n++) name = `${clean}_${n}`
+  taken.add(name)
+  return name
+}

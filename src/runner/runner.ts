@@ -264,6 +264,11 @@ export class Runner<D extends Driver = Driver> {
     return registered && { name, enqueueOverHttp: registered.enqueueOverHttp, handled: registered.handler !== undefined }
   }
 
+  /** Every kind registered here, in registration order, with its payload schema. */
+  kinds(): { readonly name: string; readonly enqueueOverHttp: boolean; readonly handled: boolean; readonly payload: StandardSchemaV1 }[] {
+    return [...this.#kinds.values()].map((k) => ({ name: k.name, enqueueOverHttp: k.enqueueOverHttp, handled: k.handler !== undefined, payload: k.schema }))
+  }
+
   /**
    * Tells an idle worker to look for a queued job: call it after
    * committing a transactional enqueue, or after moving an injected clock.

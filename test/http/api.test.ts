@@ -2,7 +2,7 @@ import { request as httpRequest } from 'node:http'
 import { connect } from 'node:net'
 import { expect, it } from 'vitest'
 import { z } from 'zod'
-import { openApiDocument, PROBLEMS } from 'jobtable/http'
+import { openApiDocument, openApiDocumentFor, PROBLEMS } from 'jobtable/http'
 import { describeEachBackend } from '../support/backends.js'
 import { FaultyDriver } from '../support/faults.js'
 import { echoPayload, harness } from '../support/harness.js'
@@ -256,7 +256,11 @@ describeEachBackend('HTTP API', (backend) => {
     const doc = await api.get('/api/v1/openapi.json')
     expect(doc.status).toBe(200)
     expect(doc.json.openapi).toBe('3.1.0')
-    expect(doc.json).toEqual(JSON.parse(JSON.stringify(openApiDocument)))
+    // The document of this runner's kinds: `echo` may be enqueued over HTTP, `hidden` may not, and is not in it.
+    expect(doc.json).toEqual(JSON.parse(JSON.stringify(openApiDocumentFor([{ name: 'echo', payload: echoPayload }]))))
+    expect(doc.json.components.schemas.EnqueueRequest.discriminator.mapping).toEqual({ echo: '#/components/schemas/Enqueue_echo' })
+    expect(doc.text).not.toContain('hidden')
+    expect({ ...doc.json, components: undefined }).toEqual(JSON.parse(JSON.stringify({ ...openApiDocument, components: undefined })))
     expect(Object.keys(doc.json.paths).sort()).toEqual(['/api/v1/jobs', '/api/v1/jobs/{id}', '/api/v1/jobs/{id}/cancel', '/api/v1/jobs/{id}/events', '/api/v1/kinds/paused', '/api/v1/kinds/{kind}/pause', '/api/v1/kinds/{kind}/resume', '/api/v1/openapi.json'])
     expect(doc.json.components.schemas.Problem.properties.code.enum.sort()).toEqual(Object.keys(PROBLEMS).sort())
   })
