@@ -55,6 +55,13 @@ export interface ApiOptions {
    * names only, unless allowedHosts says otherwise).
    */
   readonly operatorScope?: string
+  /**
+   * The path the API is mounted under, e.g. `/jobs` for routes at
+   * `/jobs/api/v1/...`: the request URL keeps it (mount the handler where
+   * the full path reaches it), and Location headers and the OpenAPI
+   * document's server carry it. Default none: routes at `/api/v1/...`.
+   */
+  readonly basePath?: string
 }
 
 /** A mounted API: a standard fetch handler, and close() to end its open event streams. */
@@ -87,6 +94,7 @@ const API_OPTIONS = Object.keys({
   logger: 1,
   allowedHosts: 1,
   operatorScope: 1,
+  basePath: 1,
 } satisfies Record<keyof ApiOptions, 1>)
 const LIST_PARAMS: ReadonlySet<string> = new Set(['status', 'kind', 'limit', 'cursor'])
 
@@ -94,13 +102,18 @@ const LIST_PARAMS: ReadonlySet<string> = new Set(['status', 'kind', 'limit', 'cu
  * Makes the HTTP API of a runner as a standard fetch handler (Request in,
  * Response out), which Node's http server (through @hono/node-server),
  * Hono, Next.js route handlers, and Express or Fastify through a fetch
- * adapter can mount. Routes are absolute (`/api/v1/...`): mount it where
- * the request URL keeps its full path. An unknown option is refused
- * (ConfigError, `invalid_config`).
+ * adapter (`nodeListener`) can mount. Routes are absolute
+ * (`/api/v1/...`, after `basePath`): mount it where the request URL keeps
+ * its full path. An unknown option is refused (ConfigError,
+ * `invalid_config`).
  */
 export function createApi(options: ApiOptions): Api {
   const given = optionsObject(options, API_OPTIONS, 'createApi')
-  const { runner, authorize, bodyLimitBytes = MIB, eventsPollMs = 250, eventsHeartbeatMs = 15_000, logger, operatorScope } = given
+  const { runner, authorize, bodyLimitBytes = MIB, eventsPollMs = 250, eventsHeartbeatMs = 15_000, logger, operatorScope, basePath = '' } = given
+  // A plain path: it is put in Location headers and the document as it is.
+  if (typeof basePath !== 'string' || (basePath !== '' && !/^(\/[A-Za-z0-9._~-]+)+$/.test(basePath)) || /\/\.\.?(\/|$)/.test(basePath)) {
+    throw new TypeError('jobtable/http: basePath must be empty or a path such as /jobs: segments of letters, digits and . _ ~ -, no trailing slash')
+  }
   if (operatorScope !== undefined && (typeof operatorScope !== 'string' || operatorScope.length === 0 || operatorScope.length > 256)) {
     throw new TypeError('jobtable/http: operatorScope must be a non-empty string of at most 256 characters')
   }
@@ -140,7 +153,7 @@ export function createApi(options: ApiOptions): Api {
     return { scope, job: await runner.get(id, { scope }) }
   }
 
-  const app = new Hono()
+  const app = basePath === '' ? new Hono() : new Hono().basePath(basePath)
 
   app.use('*', async (c, next) => {
     // A Request built in-process (a route handler, a test) may carry no Host header: its URL names the host then.
@@ -154,7 +167,9 @@ export function createApi(options: ApiOptions): Api {
   let document: { kinds: number; text: string } | undefined
   const openApiText = (): string => {
     const kinds = runner.kinds().filter((k) => k.enqueueOverHttp)
-    if (document?.kinds !== kinds.length) document = { kinds: kinds.length, text: JSON.stringify(openApiDocumentFor(kinds.map((k) => ({ name: k.name, payload: k.payload })))) }
+    if (document?.kinds !== kinds.length) {
+      document = { kinds: kinds.length, text: JSON.stringify(openApiDocumentFor(kinds.map((k) => ({ name: k.name, payload: k.payload })), { basePath })) }
+    }
     return document.text
   }
   app.get('/api/v1/openapi.json', () => new Response(openApiText(), { headers: { 'content-type': 'application/json' } }))
@@ -182,7 +197,7 @@ export function createApi(options: ApiOptions): Api {
     const { id, created } = await runner.enqueueUnique(request.kind, request.payload, options)
     const job = await runner.get(id, { scope })
     // 200 with the job that holds the key: a second press of the same button stores nothing.
-    return json(created ? 201 : 200, jobBody(job), { location: `/api/v1/jobs/${id}` })
+    return json(created ? 201 : 200, jobBody(job), { location: `${basePath}/api/v1/jobs/${id}` })
   })
   app.all('/api/v1/jobs', () => notAllowed(ALLOW.jobs))
 

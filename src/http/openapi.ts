@@ -1,5 +1,6 @@
 import type { StandardJSONSchemaV1, StandardSchemaV1 } from '@standard-schema/spec'
 import { JOB_STATUSES } from '../job.js'
+import { optionsObject } from '../options.js'
 import { PROBLEMS, PROBLEM_MEDIA_TYPE, type ProblemCode } from './problem.js'
 
 const ref = (name: string) => ({ $ref: `#/components/schemas/${name}` })
@@ -297,10 +298,12 @@ type JsonSchema = Record<string, unknown>
  * interface (`~standard.jsonSchema`, which zod implements, and valibot
  * through `toStandardJsonSchema` of @valibot/to-json-schema); a payload
  * whose schema cannot be converted is any JSON value. Without kinds, it
- * is `openApiDocument`.
+ * is `openApiDocument`. With `basePath`, its server is that path.
  */
-export function openApiDocumentFor(kinds: readonly DocumentKind[]): typeof openApiDocument {
-  if (kinds.length === 0) return openApiDocument
+export function openApiDocumentFor(kinds: readonly DocumentKind[], options: { readonly basePath?: string } = {}): typeof openApiDocument {
+  const { basePath = '' } = optionsObject(options, ['basePath'], 'openApiDocumentFor', 'argument')
+  const servers = basePath === '' ? openApiDocument.servers : [{ url: basePath, description: 'The path the API is mounted under, on the origin that serves it.' }]
+  if (kinds.length === 0) return { ...openApiDocument, servers } as typeof openApiDocument
   const schemas: Record<string, unknown> = { ...openApiDocument.components.schemas }
   const variants: { name: string; ref: string }[] = []
   const taken = new Set(Object.keys(schemas))
@@ -324,7 +327,7 @@ export function openApiDocumentFor(kinds: readonly DocumentKind[]): typeof openA
     oneOf: variants.map((v) => ({ $ref: v.ref })),
     discriminator: { propertyName: 'kind', mapping: Object.fromEntries(variants.map((v) => [v.name, v.ref])) },
   }
-  return { ...openApiDocument, components: { ...openApiDocument.components, schemas } } as unknown as typeof openApiDocument
+  return { ...openApiDocument, servers, components: { ...openApiDocument.components, schemas } } as unknown as typeof openApiDocument
 }
 
 /**

@@ -1,4 +1,4 @@
-import { createServer, type Server } from 'node:http'
+import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http'
 import type { AddressInfo } from 'node:net'
 import { getRequestListener } from '@hono/node-server'
 import type { Api } from './api.js'
@@ -97,8 +97,7 @@ export async function listen(api: Api, options: ListenOptions = {}): Promise<Lis
       keepAliveTimeout: keepAliveTimeoutMs,
       connectionsCheckingInterval: timeoutCheckMs,
     },
-    // overrideGlobalObjects: false keeps the process's own Request and Response.
-    getRequestListener((request) => api.fetch(request), { overrideGlobalObjects: false }),
+    nodeListener(api),
   )
   server.maxConnections = maxConnections
   server.setTimeout(idleTimeoutMs, (socket) => socket.destroy())
@@ -130,5 +129,24 @@ export async function listen(api: Api, options: ListenOptions = {}): Promise<Lis
         api.close()
         server.closeIdleConnections()
       })),
+  }
+}
+
+/**
+ * The API as a Node request listener `(req, res)`, for a Node server of
+ * your own or a framework that hands over Node's request and response:
+ * Express (`app.use('/jobs', nodeListener(api))`: the URL Express took
+ * the mount path off is restored from `originalUrl`) and Fastify (in an
+ * `onRequest` hook, after `reply.hijack()`, so Fastify reads no body).
+ * Mount it before any body parser: the API reads the body itself, with
+ * its own size limit.
+ */
+export function nodeListener(api: Api): (req: IncomingMessage, res: ServerResponse) => void {
+  // overrideGlobalObjects: false keeps the process's own Request and Response.
+  const listener = getRequestListener((request) => api.fetch(request), { overrideGlobalObjects: false })
+  return (req, res) => {
+    const original = (req as IncomingMessage & { originalUrl?: unknown }).originalUrl
+    if (typeof original === 'string') req.url = original
+    void listener(req, res)
   }
 }

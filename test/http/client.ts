@@ -28,8 +28,8 @@ export function servers() {
   }
 }
 
-/** A fetch client whose every answer is checked against the OpenAPI document. */
-export function client(base: string) {
+/** A fetch client whose every answer is checked against the OpenAPI document; `basePath` is the path the API is mounted under, inside `base`. */
+export function client(base: string, basePath = '') {
   const call = async (method: string, path: string, init: { body?: string; headers?: Record<string, string>; token?: string } = {}): Promise<Answer> => {
     const headers: Record<string, string> = { ...init.headers }
     if (init.token) headers.authorization = `Bearer ${init.token}`
@@ -37,7 +37,7 @@ export function client(base: string) {
     const res = await fetch(base + path, { method, headers, body: init.body })
     const text = await res.text()
     const contentType = res.headers.get('content-type') ?? ''
-    const mismatches = conforms(method, new URL(base + path).pathname, res.status, contentType, text)
+    const mismatches = conforms(method, new URL(base + path).pathname.slice(basePath.length), res.status, contentType, text)
     expect(mismatches, `${method} ${path} → ${res.status} ${text}`).toEqual([])
     if (res.status >= 400) {
       expect(contentType).toBe('application/problem+json')
