@@ -135,6 +135,13 @@ export interface Driver<Tx = unknown, TxSync extends boolean = boolean> {
    */
   onWake?(callback: (what: WakeReason) => void): () => void
   /**
+   * Optional: a value that differs from the last one read whenever a
+   * write has been committed to the jobs since (by any process), and
+   * stays equal while nothing was: event streams read their jobs again
+   * only when it moved. A driver without one is read each poll.
+   */
+  changeToken?(): Promise<string>
+  /**
    * Cancels the job `id` (within `scope` as in jobGet): a queued or
    * scheduled one becomes `cancelled` at once ('cancelled'); a running one
    * is marked for its runner to abort ('requested'), which a driver that
@@ -167,8 +174,8 @@ export interface Driver<Tx = unknown, TxSync extends boolean = boolean> {
   close(): Promise<void>
 }
 
-/** What an onWake call is about: jobs may have been queued, or a cancellation requested. */
-export type WakeReason = 'jobs' | 'cancel'
+/** What an onWake call is about: jobs may have been queued, a cancellation requested, or a running job's result published. */
+export type WakeReason = 'jobs' | 'cancel' | 'change'
 
 /** What jobCancel did. */
 export type CancelResult = 'cancelled' | 'requested' | 'terminal' | 'missing'

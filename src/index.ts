@@ -3,7 +3,7 @@
  * queue. Import a driver from `jobtable/sqlite` (or `jobtable/postgres`)
  * and hand it to a Runner.
  */
-export { Runner, jobStartChannel, jobEndChannel, claimErrorChannel } from './runner/runner.js'
+export { Runner, jobStartChannel, jobEndChannel, jobPublishChannel, claimErrorChannel } from './runner/runner.js'
 export type { RunnerOptions, StopOptions, Kind, TxOf, TxResult, JobEvent, EnqueueOptions, UniqueEnqueue, ListOptions, JobPage } from './runner/runner.js'
 export { defineKind } from './kind.js'
 export type { ScheduleDefinition, ScheduleEnqueueOptions, MissedTicks } from './schedule.js'

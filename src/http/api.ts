@@ -12,6 +12,7 @@ import {
 } from '../index.js'
 import { isRefusal, type Authorize } from './auth.js'
 import { readJsonBody } from './body.js'
+import { ChangeFeed } from './change-feed.js'
 import { eventStream } from './events.js'
 import { jobBody, parseJobId } from './job-body.js'
 import { openApiDocumentFor } from './openapi.js'
@@ -32,7 +33,12 @@ export interface ApiOptions {
   readonly authorize?: Authorize
   /** The largest request body accepted, in bytes. Default 1 MiB. */
   readonly bodyLimitBytes?: number
-  /** How often an event stream reads its job again, in milliseconds. Default 250. */
+  /**
+   * How often event streams look for changes other processes made, in
+   * milliseconds (with a change token, as on SQLite, one cheap read for
+   * all of them; otherwise each reads its job). Jobs run in this process,
+   * and results published on PostgreSQL, are seen at once. Default 250.
+   */
   readonly eventsPollMs?: number
   /** How long an event stream may stay silent before a keep-alive comment, in milliseconds. Default 15 000. */
   readonly eventsHeartbeatMs?: number
@@ -125,6 +131,7 @@ export function createApi(options: ApiOptions): Api {
   for (const [name, value] of Object.entries({ bodyLimitBytes, eventsPollMs, eventsHeartbeatMs })) {
     if (!Number.isInteger(value) || value < 1) throw new TypeError(`jobtable/http: ${name} must be a positive integer`)
   }
+  const feed = new ChangeFeed(runner, eventsPollMs)
   const streams = new Set<() => void>()
   const track = (end: () => void) => {
     streams.add(end)
@@ -214,7 +221,7 @@ export function createApi(options: ApiOptions): Api {
     // Hono answers HEAD through the GET route and drops the body unread: start no stream for it.
     if (c.req.raw.method === 'HEAD') return new Response(null, { headers: { 'content-type': 'text/event-stream; charset=utf-8' } })
     const { job, scope } = found
-    return eventStream({ runner, id: job.id, scope, first: job, pollMs: eventsPollMs, heartbeatMs: eventsHeartbeatMs, signal: c.req.raw.signal, track })
+    return eventStream({ runner, id: job.id, scope, first: job, feed, heartbeatMs: eventsHeartbeatMs, signal: c.req.raw.signal, track })
   })
   app.all('/api/v1/jobs/:id/events', () => notAllowed(ALLOW.events))
 

@@ -1,4 +1,5 @@
-import { DatabaseError, JobNotFoundError, jobEndChannel, type Job, type Runner } from '../index.js'
+import { DatabaseError, JobNotFoundError, type Job, type Runner } from '../index.js'
+import type { ChangeFeed } from './change-feed.js'
 import { TERMINAL, jobBody } from './job-body.js'
 
 /** How a job's event stream is fed; see createApi's options. */
@@ -9,7 +10,8 @@ export interface EventStreamOptions {
   readonly scope: string | null
   /** The job as first read, already known to be in scope. */
   readonly first: Job
-  readonly pollMs: number
+  /** Says when the job may have changed. */
+  readonly feed: ChangeFeed
   readonly heartbeatMs: number
   /** Aborts when the client goes away. */
   readonly signal: AbortSignal
@@ -24,64 +26,70 @@ const encoder = new TextEncoder()
  * the job's public fields first and at every change of status or result,
  * the stream ending after the message that shows a terminal status.
  *
- * Changes are found by reading the job through `runner.get` every
- * `pollMs`: the store is the only thing every process shares, so this sees
- * a job run by another process too. A job ending in this process wakes the
- * stream at once through the runner's diagnostics channel. Partial results
- * have no such signal in the core, so they are seen at the next poll.
+ * The job is read again through `runner.get` each time the API's change
+ * feed says it may have changed (see ChangeFeed: at once for a job run in
+ * this process, by the cheapest signal the store has for other
+ * processes'), and a comment line keeps the stream open after
+ * `heartbeatMs` without a message.
  */
 export function eventStream(options: EventStreamOptions): Response {
-  const { runner, id, scope, first, pollMs, heartbeatMs, signal } = options
+  const { runner, id, scope, first, heartbeatMs, signal, feed } = options
   let ended = false
+  /** A change was signalled since the last read: read again without waiting. True at first: `first` was read before the watch began. */
+  let pending = true
   let wake: (() => void) | undefined
   const end = () => {
     ended = true
     wake?.()
-  }
-  const onJobEnd = (message: unknown) => {
-    if ((message as { jobId?: unknown }).jobId === id) wake?.()
   }
 
   const stream = new ReadableStream<Uint8Array>({
     start(controller) {
       const untrack = options.track(end)
       signal.addEventListener('abort', end, { once: true })
-      jobEndChannel.subscribe(onJobEnd)
+      const unwatch = feed.watch(id, () => {
+        pending = true
+        wake?.()
+      })
+      let lastSent = performance.now()
       const send = (text: string) => {
-        if (!ended) controller.enqueue(encoder.encode(text))
+        if (ended) return
+        lastSent = performance.now()
+        controller.enqueue(encoder.encode(text))
       }
       void (async () => {
         let job = first
         let last = ''
         let seq = 0
-        let quiet = 0
         try {
           for (;;) {
             const data = JSON.stringify(jobBody(job))
             if (data !== last) {
               last = data
-              quiet = 0
               send(`${seq === 0 ? 'retry: 5000\n' : ''}event: job\nid: ${++seq}\ndata: ${data}\n\n`)
             }
             if (TERMINAL.has(job.status) || ended) break
-            await nap(pollMs, (w) => (wake = w))
+            if (!pending) await nap(Math.max(1, heartbeatMs - (performance.now() - lastSent)), (w) => (wake = w))
+            wake = undefined
             if (ended) break
-            quiet += pollMs
-            if (quiet >= heartbeatMs) {
-              quiet = 0
-              send(': keep-alive\n\n') // so proxies do not cut an idle stream
-            }
+            if (performance.now() - lastSent >= heartbeatMs) send(': keep-alive\n\n') // so proxies do not cut an idle stream
+            if (!pending) continue
+            pending = false
             try {
               job = await runner.get(id, { scope })
             } catch (err) {
-              if (err instanceof DatabaseError && err.transient) continue // busy: look again next time
+              if (err instanceof DatabaseError && err.transient) {
+                pending = true // busy: look again at the next signal or heartbeat
+                await nap(50, (w) => (wake = w))
+                continue
+              }
               // Not found (deleted) or a store that cannot be read: say so without detail, then end.
               send(`event: error\ndata: ${JSON.stringify({ code: err instanceof JobNotFoundError ? 'not_found' : 'internal_error' })}\n\n`)
               break
             }
           }
         } finally {
-          jobEndChannel.unsubscribe(onJobEnd)
+          unwatch()
           signal.removeEventListener('abort', end)
           untrack()
           ended = true

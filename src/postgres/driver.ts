@@ -372,7 +372,7 @@ export class PostgresDriver implements Driver<PgQueryable, false> {
   }
 
   async jobPublish({ id, attempt, result, now }: { id: string; attempt: number; result: string; now: number }): Promise<boolean> {
-    const res = await this.#query('publish result', this.#q.publishResult, [id, attempt, result, now])
+    const res = await this.#query('publish result', this.#q.publishResult, [id, attempt, result, now, `${this.schema}:change`])
     return res.rowCount === 1
   }
 

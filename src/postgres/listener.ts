@@ -58,6 +58,7 @@ export class NotificationListener {
         if (msg.channel !== this.#channel) return
         if (msg.payload === this.#schema) this.#onNotify('jobs')
         else if (msg.payload === `${this.#schema}:cancel`) this.#onNotify('cancel')
+        else if (msg.payload === `${this.#schema}:change`) this.#onNotify('change')
       })
       try {
         await client.connect()

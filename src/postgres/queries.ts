@@ -130,10 +130,17 @@ export function queries(s: string) {
       UPDATE ${s}.jobs SET status = 'queued', runner_id = NULL, started_at = NULL, updated_at = $3
        WHERE runner_id = $1 AND status = 'running' AND NOT (id = ANY($2::text[]))`,
 
-    /** Fenced: applies only while the job is running under the same claim. */
+    /**
+     * Fenced: applies only while the job is running under the same claim.
+     * A published result notifies the channel (payload `<schema>:change`),
+     * so event streams of every process read it at once.
+     */
     publishResult: `
-      UPDATE ${s}.jobs SET result = $3::jsonb, updated_at = $4
-       WHERE id = $1 AND status = 'running' AND attempt = $2`,
+      WITH published AS (
+        UPDATE ${s}.jobs SET result = $3::jsonb, updated_at = $4
+         WHERE id = $1 AND status = 'running' AND attempt = $2
+        RETURNING id)
+      SELECT id, pg_notify('${NOTIFY_CHANNEL}', $5) FROM published`,
 
     /**
      * Every final write of a batch in one statement, fenced like

@@ -12,6 +12,8 @@ import { Completer, type Piggyback } from './completer.js'
 export const jobStartChannel = diagnostics.channel('jobtable:job:start')
 /** Published when a job's final write has landed or been given up: `{ runnerId, jobId, kind, status, error }`, status one of succeeded, failed, cancelled, or retry (back to the queue: a retry or a snooze). */
 export const jobEndChannel = diagnostics.channel('jobtable:job:end')
+/** Published when a handler's partial result has been stored: `{ runnerId, jobId, kind }`. */
+export const jobPublishChannel = diagnostics.channel('jobtable:job:publish')
 /** Published when a claim fails: `{ runnerId, error, transient }`. */
 export const claimErrorChannel = diagnostics.channel('jobtable:claim:error')
 
@@ -352,6 +354,7 @@ export class Producer implements Piggyback {
         const result = kind.project(partial)
         const applied = await this.#driver.jobPublish({ id: job.id, attempt: job.attempt, result, now: this.#clock() })
         if (!applied) throw new JobNotRunningError('publish result')
+        if (jobPublishChannel.hasSubscribers) jobPublishChannel.publish({ runnerId: this.#runnerId, jobId: job.id, kind: job.kind })
       },
       fail: (code) => {
         throw new JobFailure<string>(code)

@@ -16,7 +16,7 @@ import { Maintenance } from './maintenance/index.js'
 import { Producer } from './producer.js'
 
 export type { EnqueueOptions, Kind, TxOf, TxResult, UniqueEnqueue } from './enqueue.js'
-export { claimErrorChannel, jobEndChannel, jobStartChannel } from './producer.js'
+export { claimErrorChannel, jobEndChannel, jobPublishChannel, jobStartChannel } from './producer.js'
 
 /** Options of a Runner. Each default is given beside its field; unknown keys are refused (ConfigError). */
 export interface RunnerOptions<D extends Driver> {
@@ -358,6 +358,8 @@ export class Runner<D extends Driver = Driver> {
     })
     maintenance.start()
     this.#unwake = this.#driver.onWake?.((what) => {
+      // A published result concerns event streams, not the workers.
+      if (what === 'change') return
       if (what === 'cancel') {
         void this.#maintenance?.cancels.tick()
         return

@@ -132,6 +132,8 @@ export class SqliteDriver implements Driver<SqliteDatabase, true> {
   readonly #list: Database.Statement
   /** insertJobs statements by row count, up to INSERT_ROWS_MAX of them. */
   readonly #insertRows = new Map<number, Database.Statement>()
+  /** The writer's count of its own changes, for changeToken; prepared at first use. */
+  #totalChanges: Database.Statement | undefined
   /** The insert statements prepared on each connection jobs are inserted through (jobtable's writer, and the handles of enqueueTx). */
   readonly #insertOnTx = new WeakMap<SqliteDatabase, InsertStatements>()
   readonly #insertMany: (jobs: readonly NewJob[], now: number) => void
@@ -480,6 +482,18 @@ export class SqliteDriver implements Driver<SqliteDatabase, true> {
 
   async schedulesRead({ names }: { names: readonly string[] }): Promise<{ name: string; lastTickAt: number }[]> {
     return run('read schedules', () => this.#reader.prepare(sql.readSchedules).all({ names: JSON.stringify(names) }) as { name: string; lastTickAt: number }[])
+  }
+
+  /**
+   * The reading connection's data_version (it moves when another
+   * connection, in this process or another, commits) with the writing
+   * connection's own count of changes (a database in memory has one
+   * connection, whose own commits data_version does not count).
+   */
+  async changeToken(): Promise<string> {
+    this.#totalChanges ??= this.#writer.prepare('SELECT total_changes()').pluck()
+    const own = this.#totalChanges
+    return run('read change token', () => `${this.#reader.pragma('data_version', { simple: true })}:${own.get()}`)
   }
 
   async queueNextDue(_params: { now: number }): Promise<number | null> {
