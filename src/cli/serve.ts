@@ -40,7 +40,7 @@ export async function serve(ctx: CliContext, mode: 'serve' | 'worker'): Promise<
   const workers = intFlag('workers', str('workers'), 4, mode === 'serve' ? 0 : 1, 1000)
   const host = str('host') ?? '127.0.0.1'
   const port = intFlag('port', str('port'), 8080, 0, 65535)
-  const maxConnections = intFlag('max-connections', str('max-connections'), 256, 1, 100_000)
+  const maxConnections = intFlag('max-connections', str('max-connections'), 1_024, 1, 100_000)
   const stopTimeoutMs = intFlag('stop-timeout', str('stop-timeout'), 20_000, 0, 3_600_000)
   const kindsPath = str('kinds')
   if (kindsPath === undefined && workers > 0) {

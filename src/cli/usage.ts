@@ -85,7 +85,7 @@ ${DATABASE}
       --operator-scope <s>   the scope of the tokens that may pause and resume kinds over HTTP
                              (without tokens every caller may; with tokens and no operator
                              scope, none may)
-      --max-connections <n>  connections held at once (default 256)
+      --max-connections <n>  connections held at once (default 1024)
       --demo                 also run the kinds module's demo(runner, { url }) export
 ${STOP}
 ${LOG}

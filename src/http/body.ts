@@ -55,11 +55,21 @@ async function readAtMost(body: ReadableStream<Uint8Array> | null, limit: number
   return bytes
 }
 
-/** Whether a Content-Type names JSON: `application/json`, with any parameters (charset). */
+/**
+ * Whether a Content-Type names JSON in UTF-8: `application/json`, with no
+ * charset or `charset=utf-8` (JSON is UTF-8, RFC 8259; a body declared in
+ * another charset would be read as UTF-8 anyway, and so changed).
+ */
 function isJson(contentType: string | null): boolean {
   if (contentType === null) return false
-  const media = contentType.split(';', 1)[0]?.trim().toLowerCase()
-  return media === 'application/json'
+  const [media, ...params] = contentType.split(';')
+  if (media?.trim().toLowerCase() !== 'application/json') return false
+  for (const param of params) {
+    const [name, value = ''] = param.split('=')
+    if (name?.trim().toLowerCase() !== 'charset') continue
+    if (value.trim().replace(/^"(.*)"$/, '$1').toLowerCase() !== 'utf-8') return false
+  }
+  return true
 }
 
 function tooLarge(limit: number): Response {

@@ -15,7 +15,7 @@ export interface ListenOptions {
   readonly port?: number
   /** Whether the API checks credentials. Without them, only a loopback address may be bound. Default false. */
   readonly authenticated?: boolean
-  /** The most connections held at once; Node closes any beyond it as soon as they are accepted. Default 256. */
+  /** The most connections held at once; Node closes any beyond it as soon as they are accepted. Default 1024: room for a few hundred slow or idle clients (each socket a file descriptor and a few KiB) beside the rest. */
   readonly maxConnections?: number
   /** The time a client has to send a whole request, in milliseconds. Default 30 000. */
   readonly requestTimeoutMs?: number
@@ -82,7 +82,7 @@ export async function listen(api: Api, options: ListenOptions = {}): Promise<Lis
     host = '127.0.0.1',
     port = 8080,
     authenticated = false,
-    maxConnections = 256,
+    maxConnections = 1_024,
     requestTimeoutMs = 30_000,
     headersTimeoutMs = 10_000,
     keepAliveTimeoutMs = 5_000,

@@ -125,7 +125,8 @@ describe('jobtable command', () => {
       expect(await c.exit, args.join(' ')).toBe(2)
       expect(c.stderr, args.join(' ')).toMatch(/^jobtable: |Usage: jobtable/)
     }
-  })
+    // 22 command processes in turn: a bound for a loaded machine, not a measure.
+  }, 120_000)
 
   it('refuses to listen on a non-loopback address without tokens (exit 2), and the library refuses too', async () => {
     for (const host of ['0.0.0.0', '::', '192.0.2.10']) {
