@@ -64,9 +64,10 @@ export class InvalidPayloadError extends JobtableError {
   /** Which fields failed. Paths only, never values. */
   readonly issues: readonly PayloadIssue[]
   readonly kind: string
-  constructor(kind: string, issues: readonly PayloadIssue[]) {
+  /** `call` names the call and the job in a batch (`enqueueMany: job 3`), when there is one. */
+  constructor(kind: string, issues: readonly PayloadIssue[], call?: string) {
     const where = issues.map((i) => i.path || '(payload)').join(', ')
-    super('invalid_payload', `jobtable: payload of ${JSON.stringify(kind)} does not fit its schema at ${where}`)
+    super('invalid_payload', `jobtable: ${call === undefined ? '' : `${call}: `}payload of ${JSON.stringify(kind)} does not fit its schema at ${where}`)
     this.kind = kind
     this.issues = issues
   }

@@ -1,7 +1,8 @@
 import { describe, expectTypeOf, it } from 'vitest'
 import { z } from 'zod'
 import type Database from 'better-sqlite3'
-import { defineKind, JobFailure, Runner, type Kind } from 'jobtable'
+import { defineKind, JobFailure, Runner, type JobSpec, type Kind, type UniqueEnqueue } from 'jobtable'
+import type { PgQueryable, PostgresDriver } from 'jobtable/postgres'
 import { sqlite, type SqliteDatabase, type SqliteDriver } from 'jobtable/sqlite'
 
 // Type-level tests: `npm test` runs tsc over this file before vitest, so an
@@ -60,6 +61,33 @@ describe('types', () => {
     expectTypeOf(plan.enqueueTx).parameter(0).toEqualTypeOf<SqliteDatabase>()
     expectTypeOf<Database.Database>().toExtend<SqliteDatabase>()
     expectTypeOf(plan.enqueueTx).returns.toEqualTypeOf<string>()
+    void runner.close()
+  })
+
+  it('a batch: kind.job takes only its payload type, runner.enqueueMany only specs; transactional batches are synchronous on SQLite only', () => {
+    const runner = typedRunner()
+    const plan = runner.register('meal_plan', { payload: z.strictObject({ household: z.string(), days: z.number() }), handler: () => undefined })
+    const mail = runner.register('mail', { payload: z.strictObject({ to: z.string() }), handler: () => undefined })
+    const specs = [plan.job({ household: 'h', days: 7 }, { priority: 2 }), mail.job({ to: 'a@example.com' }, { delayMs: 60_000 })]
+    expectTypeOf(specs).toEqualTypeOf<JobSpec[]>()
+    // @ts-expect-error wrong field type
+    plan.job({ household: 'h', days: '7' })
+    // @ts-expect-error another kind's payload
+    plan.job({ to: 'a@example.com' })
+    // @ts-expect-error an unknown option
+    plan.job({ household: 'h', days: 7 }, { priorty: 1 })
+    expectTypeOf(runner.enqueueMany).returns.toEqualTypeOf<Promise<UniqueEnqueue[]>>()
+    // @ts-expect-error a payload is not a spec
+    void (() => runner.enqueueMany([{ household: 'h', days: 7 }]))
+    // @ts-expect-error nor is an object of a spec's visible shape
+    void (() => runner.enqueueMany([{ kind: 'meal_plan' }]))
+    expectTypeOf(runner.enqueueManyTx).parameter(0).toEqualTypeOf<SqliteDatabase>()
+    expectTypeOf(runner.enqueueManyTx).returns.toEqualTypeOf<UniqueEnqueue[]>()
+    expectTypeOf(plan.enqueueManyTx).returns.toEqualTypeOf<string[]>()
+    // On PostgreSQL both take the pg client (by shape) and return promises.
+    expectTypeOf<Runner<PostgresDriver>['enqueueManyTx']>().parameter(0).toEqualTypeOf<PgQueryable>()
+    expectTypeOf<Runner<PostgresDriver>['enqueueManyTx']>().returns.toEqualTypeOf<Promise<UniqueEnqueue[]>>()
+    expectTypeOf<Kind<{ n: number }, PostgresDriver>['enqueueManyTx']>().returns.toEqualTypeOf<Promise<string[]>>()
     void runner.close()
   })
 

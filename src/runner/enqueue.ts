@@ -6,6 +6,7 @@ import { optionsObject } from '../options.js'
 import type { ScheduleEnqueueOptions } from '../schedule.js'
 import { encodePayload, encodePayloadSync } from '../payload.js'
 import { isTransient } from './backoff.js'
+import { encodeBatch, type JobSpec, Spec } from './batch.js'
 import { Batcher, type ItemErrors } from './batcher.js'
 
 /** The handle of a user's own transaction for a driver `D`. */
@@ -94,6 +95,18 @@ export interface Kind<In, D extends Driver = Driver> {
    */
   enqueueMany(payloads: readonly In[], options?: EnqueueOptions): Promise<string[]>
   /**
+   * One job of this kind with its own options, for `runner.enqueueMany`
+   * or `runner.enqueueManyTx` to store in a batch beside jobs of any kind
+   * of this runner. Validates and stores nothing yet: the batch does.
+   */
+  job(payload: In, options?: EnqueueOptions): JobSpec
+  /**
+   * As enqueueMany, through the caller's own transaction (see enqueueTx):
+   * the jobs exist exactly when what else it writes does. Call `wake()`
+   * once it has committed.
+   */
+  enqueueManyTx(tx: TxOf<D>, payloads: readonly In[], options?: EnqueueOptions): TxResult<D, string[]>
+  /**
    * Stores a queued job through the caller's own transaction, so it exists
    * exactly when what else that transaction writes does. Call `wake()` once
    * the transaction has committed so an idle worker takes it at once.
@@ -178,23 +191,25 @@ export class Enqueuer {
       },
       enqueueMany: async (payloads, options) => {
         const placement = placementOf(options, this.#clock)
-        if (!Array.isArray(payloads)) throw new InvalidArgumentError('enqueueMany: payloads must be an array')
         // Awaited only where the schema validates asynchronously: a sync one costs no promise per payload.
-        const encoded: (string | Promise<string>)[] = []
-        try {
-          for (const p of payloads) encoded.push(encodePayload(name, schema, p))
-        } catch (err) {
-          // Refused before the asynchronous checks already started were awaited: their refusals are not news.
-          for (const e of encoded) if (typeof e !== 'string') e.catch(() => undefined)
-          throw err
-        }
-        const texts = encoded.every((e) => typeof e === 'string') ? encoded : await Promise.all(encoded)
-        const fields = fieldsOf(kind, placement)
-        const jobs: NewJob[] = texts.map((payload) => ({ id: newJobId(), payload, ...fields }))
+        const encoded = this.#sharedJobs('enqueueMany', kind, placement, payloads, false)
+        const jobs = Array.isArray(encoded) ? encoded : await encoded
+        if (jobs.length === 0) return []
         const holders = await driver.jobInsertMany({ jobs, now: this.#clock() })
         this.#stored(placement)
         return idsOf(jobs, holders)
       },
+      job: (payload, options) => new Spec(this, kind, payload, options),
+      enqueueManyTx: ((tx: TxOf<D>, payloads: readonly In[], options?: EnqueueOptions) => {
+        if (driver.capabilities.txSync) {
+          const jobs = this.#sharedJobs('enqueueManyTx', kind, placementOf(options, this.#clock), payloads, true) as NewJob[]
+          return jobs.length === 0 ? [] : idsOf(jobs, driver.jobInsertTx({ tx, jobs, now: this.#clock() }) as InsertResult)
+        }
+        return (async () => {
+          const jobs = await this.#sharedJobs('enqueueManyTx', kind, placementOf(options, this.#clock), payloads, false)
+          return jobs.length === 0 ? [] : idsOf(jobs, await driver.jobInsertTx({ tx, jobs, now: this.#clock() }))
+        })()
+      }) as Kind<In, D>['enqueueManyTx'],
       enqueueTx: ((tx: TxOf<D>, payload: In, options?: EnqueueOptions) => {
         // The transaction may yet roll back: the scheduler learns of the job from the database, or from wake().
         const placement = placementOf(options, this.#clock)
@@ -209,6 +224,77 @@ export class Enqueuer {
       }) as Kind<In, D>['enqueueTx'],
       wake: () => this.#wakeAll(),
     }
+  }
+
+  /**
+   * Validates a batch of specs (see JobSpec), then stores them in one
+   * transaction: per spec, its id and whether it was stored (false where
+   * a live job, or an earlier spec of the batch, held its unique key).
+   * Then wakes a worker once, and tells the scheduler of the earliest due
+   * time stored.
+   */
+  async enqueueMany(specs: unknown): Promise<UniqueEnqueue[]> {
+    const encoded = this.#specJobs('enqueueMany', specs, false)
+    const jobs = Array.isArray(encoded) ? encoded : await encoded
+    if (jobs.length === 0) return []
+    const outcomes = outcomesOf(jobs, await this.#driver.jobInsertMany({ jobs, now: this.#clock() }))
+    let due: number | null = null
+    let created = false
+    outcomes.forEach((outcome, i) => {
+      if (!outcome.created) return
+      created = true
+      const runAt = jobs[i]!.runAt
+      if (runAt !== null && (due === null || runAt < due)) due = runAt
+    })
+    if (due !== null) this.#scheduled(due)
+    if (created) this.#wake()
+    return outcomes
+  }
+
+  /**
+   * As enqueueMany, through the caller's transaction `tx`: synchronous
+   * where the driver's transactions are. Neither wakes nor schedules: the
+   * transaction may yet roll back (the caller calls wake() after commit).
+   */
+  enqueueManyTx(tx: unknown, specs: unknown): UniqueEnqueue[] | Promise<UniqueEnqueue[]> {
+    const driver = this.#driver
+    if (driver.capabilities.txSync) {
+      const jobs = this.#specJobs('enqueueManyTx', specs, true) as NewJob[]
+      return jobs.length === 0 ? [] : outcomesOf(jobs, driver.jobInsertTx({ tx, jobs, now: this.#clock() }) as InsertResult)
+    }
+    return (async () => {
+      const jobs = await this.#specJobs('enqueueManyTx', specs, false)
+      return jobs.length === 0 ? [] : outcomesOf(jobs, await driver.jobInsertTx({ tx, jobs, now: this.#clock() }))
+    })()
+  }
+
+  /** The jobs of a batch sharing one kind and placement, every payload validated first (`sync`: a schema must not be asynchronous). */
+  #sharedJobs(call: string, kind: RegisteredKind, placement: Placement, payloads: unknown, sync: boolean): NewJob[] | Promise<NewJob[]> {
+    if (!Array.isArray(payloads)) throw new InvalidArgumentError(`${call}: payloads must be an array`)
+    const { name, schema } = kind
+    const texts = encodeBatch(call, payloads.length, sync ? (i) => encodePayloadSync(name, schema, payloads[i]) : (i) => encodePayload(name, schema, payloads[i]))
+    const fields = fieldsOf(kind, placement)
+    const build = (texts: string[]): NewJob[] => texts.map((payload) => ({ id: newJobId(), payload, ...fields }))
+    return Array.isArray(texts) ? build(texts) : texts.then(build)
+  }
+
+  /** The jobs of a batch of specs, each one's options and payload validated first (`sync`: a schema must not be asynchronous). */
+  #specJobs(call: string, specs: unknown, sync: boolean): NewJob[] | Promise<NewJob[]> {
+    if (!Array.isArray(specs)) throw new InvalidArgumentError(`${call}: specs must be an array of jobs made by kind.job(payload, options)`)
+    const fields: Omit<NewJob, 'id' | 'payload'>[] = new Array<Omit<NewJob, 'id' | 'payload'>>(specs.length)
+    const texts = encodeBatch(call, specs.length, (i) => {
+      const spec: unknown = specs[i]
+      const where = `${call}: job ${i}`
+      if (!(spec instanceof Spec)) throw new InvalidArgumentError(`${where}: not a job made by kind.job(payload, options)`)
+      const job = spec.readFor(this)
+      // Another runner's kind may be registered here with other settings, or not at all, and its runner may use another database.
+      if (job === undefined) throw new InvalidArgumentError(`${where}: made by another runner's handle of ${JSON.stringify(spec.kind)}; use this runner's`)
+      const { kind, payload, options } = job
+      fields[i] = fieldsOf(kind, placementOf(options, this.#clock, where))
+      return sync ? encodePayloadSync(kind.name, kind.schema, payload) : encodePayload(kind.name, kind.schema, payload)
+    })
+    const build = (texts: string[]): NewJob[] => texts.map((payload, i) => ({ id: newJobId(), payload, ...fields[i]! }))
+    return Array.isArray(texts) ? build(texts) : texts.then(build)
   }
 
   /**
@@ -244,6 +330,14 @@ export class Enqueuer {
   }
 }
 
+/** Each job's id and that it was stored, or the id of the live job whose unique key refused it. */
+function outcomesOf(jobs: readonly NewJob[], holders: InsertResult): UniqueEnqueue[] {
+  return jobs.map((job, i) => {
+    const holder = holders === undefined ? null : (holders[i] ?? null)
+    return holder === null ? { id: job.id, created: true } : { id: holder, created: false }
+  })
+}
+
 /** Each job's id, or the id of the live job whose unique key refused it. */
 function idsOf(jobs: readonly NewJob[], holders: InsertResult): string[] {
   return jobs.map((job, i) => (holders === undefined ? null : holders[i]) ?? job.id)
@@ -255,51 +349,60 @@ const MAX_TIME = 8.64e15
 const PRIORITY_MIN = -2_147_483_648
 const PRIORITY_MAX = 2_147_483_647
 
-/** What an enqueue's options place the job as; refuses unknown options and bad values (InvalidArgumentError). */
-export function placementOf(options: EnqueueOptions | undefined, clock: () => number): Placement {
-  const { scope, runAt, delayMs, priority = 0, timeoutMs, uniqueKey } = optionsObject(options, ENQUEUE_KEYS, 'enqueue', 'argument')
+/**
+ * What an enqueue's options place the job as; refuses unknown options and
+ * bad values (InvalidArgumentError). `where` names a job of a batch
+ * (`enqueueMany: job 3`) at the head of each message.
+ */
+export function placementOf(options: EnqueueOptions | undefined, clock: () => number, where?: string): Placement {
+  const { scope, runAt, delayMs, priority = 0, timeoutMs, uniqueKey } = optionsObject(options, ENQUEUE_KEYS, where ?? 'enqueue', 'argument')
   if (!Number.isInteger(priority) || priority < PRIORITY_MIN || priority > PRIORITY_MAX) {
-    throw new InvalidArgumentError(`priority must be an integer from ${PRIORITY_MIN} to ${PRIORITY_MAX}`)
+    throw refusal(where, `priority must be an integer from ${PRIORITY_MIN} to ${PRIORITY_MAX}`)
   }
   if (timeoutMs !== undefined && !(Number.isSafeInteger(timeoutMs) && timeoutMs > 0 && timeoutMs <= PRIORITY_MAX)) {
-    throw new InvalidArgumentError('timeoutMs must be an integer > 0 (milliseconds)')
+    throw refusal(where, 'timeoutMs must be an integer > 0 (milliseconds)')
   }
-  return { scope: scopeOf(scope), priority, runAt: dueOf(runAt, delayMs, clock), timeoutMs: timeoutMs ?? null, uniqueKey: uniqueKeyOf(uniqueKey) }
+  return { scope: scopeOf(scope, where), priority, runAt: dueOf(runAt, delayMs, clock, where), timeoutMs: timeoutMs ?? null, uniqueKey: uniqueKeyOf(uniqueKey, where) }
+}
+
+/** An option refused, the job of a batch it belongs to (`where`) named first when there is one. */
+function refusal(where: string | undefined, message: string): InvalidArgumentError {
+  return new InvalidArgumentError(where === undefined ? message : `${where}: ${message}`)
 }
 
 /** The unique key of an enqueue: a non-empty string of at most 256 characters, or null. */
-function uniqueKeyOf(key: unknown): string | null {
+function uniqueKeyOf(key: unknown, where: string | undefined): string | null {
   if (key === undefined) return null
   if (typeof key !== 'string' || key.length === 0 || key.length > 256 || key.includes('\u0000')) {
-    throw new InvalidArgumentError('uniqueKey must be a non-empty string of at most 256 characters, without NUL')
+    throw refusal(where, 'uniqueKey must be a non-empty string of at most 256 characters, without NUL')
   }
   return key
 }
 
 /** The due time of runAt or delayMs, in epoch ms, or null for neither. */
-function dueOf(runAt: unknown, delayMs: unknown, clock: () => number): number | null {
-  if (runAt !== undefined && delayMs !== undefined) throw new InvalidArgumentError('give runAt or delayMs, not both')
+function dueOf(runAt: unknown, delayMs: unknown, clock: () => number, where: string | undefined): number | null {
+  if (runAt !== undefined && delayMs !== undefined) throw refusal(where, 'give runAt or delayMs, not both')
   if (delayMs !== undefined) {
-    if (typeof delayMs !== 'number' || !Number.isSafeInteger(delayMs) || delayMs < 0) throw new InvalidArgumentError('delayMs must be an integer >= 0')
+    if (typeof delayMs !== 'number' || !Number.isSafeInteger(delayMs) || delayMs < 0) throw refusal(where, 'delayMs must be an integer >= 0')
     const due = clock() + delayMs
-    if (due > MAX_TIME) throw new InvalidArgumentError('delayMs is too long: the due time would be past the last date a Date can hold')
+    if (due > MAX_TIME) throw refusal(where, 'delayMs is too long: the due time would be past the last date a Date can hold')
     return due
   }
   if (runAt === undefined) return null
   const ms = runAt instanceof Date ? runAt.getTime() : runAt
   // The range a Date can hold, so every due time reads back as a date and fits both databases' integers.
   if (typeof ms !== 'number' || !Number.isFinite(ms) || Math.abs(ms) > MAX_TIME) {
-    throw new InvalidArgumentError('runAt must be a valid Date or epoch milliseconds within the range of a Date')
+    throw refusal(where, 'runAt must be a valid Date or epoch milliseconds within the range of a Date')
   }
   return Math.round(ms)
 }
 
 /** The scope of an enqueue: a non-empty string of at most 256 characters, or null. */
-function scopeOf(scope: unknown): string | null {
+function scopeOf(scope: unknown, where: string | undefined): string | null {
   if (scope === undefined) return null
   // Control characters are refused: a NUL cannot be stored in a PostgreSQL text column, and none belongs in an owner's name.
   if (typeof scope !== 'string' || scope.length === 0 || scope.length > 256 || /[\u0000-\u001f\u007f]/.test(scope)) {
-    throw new InvalidArgumentError('scope must be a non-empty string of at most 256 characters, without control characters')
+    throw refusal(where, 'scope must be a non-empty string of at most 256 characters, without control characters')
   }
   return scope
 }

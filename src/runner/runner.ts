@@ -10,11 +10,13 @@ import { encodePayload } from '../payload.js'
 import { Schedule, type ScheduleDefinition } from '../schedule.js'
 import { errorCode } from './backoff.js'
 import { ClaimGate } from './claim-gate.js'
-import { type EnqueueOptions, Enqueuer, type Kind, placementOf, type UniqueEnqueue } from './enqueue.js'
+import type { JobSpec } from './batch.js'
+import { type EnqueueOptions, Enqueuer, type Kind, placementOf, type TxOf, type TxResult, type UniqueEnqueue } from './enqueue.js'
 import { Liveness, retryTransient } from './liveness.js'
 import { Maintenance } from './maintenance/index.js'
 import { Producer } from './producer.js'
 
+export type { JobSpec } from './batch.js'
 export type { EnqueueOptions, Kind, TxOf, TxResult, UniqueEnqueue } from './enqueue.js'
 export { claimErrorChannel, jobEndChannel, jobPublishChannel, jobStartChannel } from './producer.js'
 
@@ -256,6 +258,33 @@ export class Runner<D extends Driver = Driver> {
     const registered = this.#kinds.get(kind)
     if (registered === undefined) throw new UnknownKindError(kind)
     return this.#enqueuer.enqueueUnique(registered, payload, options)
+  }
+
+  /**
+   * Stores a batch of jobs in one transaction: each made by
+   * `kind.job(payload, options)` of a handle this runner's `register`
+   * returned, of any kinds, each with its own options. Every job's
+   * options and payload are checked before any is stored: the first bad
+   * one (by index) rejects the whole call, naming its index, and nothing
+   * is stored (a spec made by another runner's handle is refused too).
+   * Resolves, per spec in order, to its id and whether it was stored:
+   * `created: false` where a live job held its kind, scope and
+   * `uniqueKey`, or an earlier spec of the batch did (the id is that
+   * job's). An empty batch resolves to [] without a transaction. No limit
+   * on its length: it is one transaction, which on SQLite holds the write
+   * lock for its whole length.
+   */
+  async enqueueMany(specs: readonly JobSpec[]): Promise<UniqueEnqueue[]> {
+    return this.#enqueuer.enqueueMany(specs)
+  }
+
+  /**
+   * As enqueueMany, through the caller's own transaction (see a handle's
+   * `enqueueTx`): synchronous on SQLite, a promise on PostgreSQL. Call
+   * `wake()` once it has committed.
+   */
+  enqueueManyTx(tx: TxOf<D>, specs: readonly JobSpec[]): TxResult<D, UniqueEnqueue[]> {
+    return this.#enqueuer.enqueueManyTx(tx, specs) as TxResult<D, UniqueEnqueue[]>
   }
 
   /** What a known kind allows, or undefined for a kind not registered here. */

@@ -147,15 +147,22 @@ describeEachBackend('payloads', (backend) => {
     expect(seen).toEqual([{ n: 1 }, { n: 2 }, { n: 3 }, { n: 1 }, { n: 2 }, { n: 3 }])
   })
 
-  it('refuses a whole enqueueMany when one payload is not JSON after others began validating asynchronously, with no stray rejection', async () => {
+  it('refuses a whole enqueueMany when one payload is not JSON after others began validating asynchronously, reporting the first bad payload by index, with no stray rejection', async () => {
     const stray: unknown[] = []
     const onStray = (reason: unknown): void => void stray.push(reason)
     process.on('unhandledRejection', onStray)
     try {
       const runner = h.runner()
       const kind = runner.register('async_mix', { payload: nSchema((r) => Promise.resolve(r)), handler: () => undefined })
+      // Job 0's asynchronous refusal ends after job 2 was found not to be JSON, and is the one reported.
       await expect(kind.enqueueMany([{ n: 'x' } as never, { n: 1 }, { n: 1n } as never])).rejects.toMatchObject({
         code: 'invalid_payload',
+        message: expect.stringContaining('enqueueMany: job 0: '),
+        issues: [{ path: 'n', message: 'invalid value' }],
+      })
+      await expect(kind.enqueueMany([{ n: 1 }, { n: 1n } as never, { n: 'x' } as never])).rejects.toMatchObject({
+        code: 'invalid_payload',
+        message: expect.stringContaining('enqueueMany: job 1: '),
         issues: [{ path: '', message: 'payload is not JSON' }],
       })
       await new Promise((r) => setTimeout(r, 20))

@@ -97,6 +97,26 @@ describe.each(idleBackends)('$name: a scheduled job starts at its due time with 
     }
   }, 15_000)
 
+  it('runner.enqueueMany on an idle started runner: its jobs due now start with no wake', async () => {
+    const s = await started()
+    await s.runner.start()
+    const ids = (await s.runner.enqueueMany([s.kind.job({ n: 1 }), s.kind.job({ n: 2 }, { priority: 3 })])).map((r) => r.id)
+    await s.done.ends(ids)
+    for (const id of ids) expect(s.at.get(id)).toHaveLength(1)
+  }, 15_000)
+
+  it('runner.enqueueMany on an idle started runner: the earliest of its due times (300 ms, stored after one an hour away) starts by itself', async () => {
+    const s = await started()
+    await s.runner.start()
+    const [hour, soon] = (await s.runner.enqueueMany([s.kind.job({ n: 1 }, { delayMs: 3_600_000 }), s.kind.job({ n: 2 }, { delayMs: 300 })])).map((r) => r.id) as [string, string]
+    const runAt = await dueTime(s.runner, soon)
+    await s.done.ends([soon])
+    expect(s.at.get(soon)).toHaveLength(1)
+    expect(s.at.get(soon)![0]).toBeGreaterThanOrEqual(runAt)
+    expect(s.at.has(hour)).toBe(false)
+    expect((await s.runner.get(hour)).status).toBe('scheduled')
+  }, 15_000)
+
   it('a job another runner scheduled before this one started: its due time read from the database at start, it starts by itself', async () => {
     const producer = h.runner()
     const kind = producer.register(defineKind('echo', { payload: echoPayload }))
