@@ -22,7 +22,7 @@ export class CliFailure extends Error {
 
 /** The flags and positionals parse() found; every command also has --help. */
 export interface Parsed<O> {
-  readonly values: { readonly [K in keyof O]?: O[K] extends { type: 'boolean' } ? boolean : string } & { readonly help?: boolean }
+  readonly values: { readonly [K in keyof O]?: O[K] extends { type: 'boolean' } ? boolean : O[K] extends { multiple: true } ? string[] : string } & { readonly help?: boolean }
   readonly positionals: string[]
 }
 
@@ -62,6 +62,7 @@ Commands:
   migrate   create or upgrade the job tables, then exit
   jobs      list or show jobs (jobs list, jobs show <id>)
   kinds     pause or resume a kind everywhere (kinds pause <kind>, kinds resume <kind>, kinds paused)
+  prune     delete finished jobs older than a duration (prune --older-than 7d)
 
 Run jobtable <command> --help for a command's options.
 
@@ -142,6 +143,24 @@ the paused kinds, as JSON on stdout.
 
 Options:
 ${DATABASE}
+${LOG}
+  -h, --help                 this help
+`,
+  prune: `Usage: jobtable prune --older-than <duration> [options]
+
+Deletes the jobs that finished (succeeded, failed or cancelled) longer ago
+than the duration, in batches of 1,000 that never hold up the workers
+running beside it; prints {"deleted": n} as JSON on stdout. A scheduled,
+queued or running job is never deleted. Started runners do the same every
+minute by their own retention (7 days unless configured).
+
+Options:
+${DATABASE}
+      --older-than <d>       required: a whole number and a unit (ms, s, m, h, d, w),
+                             such as 7d, 36h or 90m; 0s deletes every finished job
+      --status <status>      only jobs in this status: succeeded, failed or cancelled
+                             (repeat for several; default all three)
+      --kind <kind>          only jobs of this kind (repeat for several; default every kind)
 ${LOG}
   -h, --help                 this help
 `,

@@ -240,6 +240,15 @@ export const MIGRATIONS: readonly Migration[] = [
       $fn$;
     `,
   },
+  {
+    version: 11,
+    sql: (s) => `
+      -- Retention: terminal jobs by kind, status and finish time, for the
+      -- pruner (see the SQLite migration of the same number).
+      CREATE INDEX jobs_terminal ON ${s}.jobs (kind, status, finished_at)
+        WHERE status IN ('succeeded', 'failed', 'cancelled');
+    `,
+  },
 ]
 
 /** The schema version this jobtable writes. */

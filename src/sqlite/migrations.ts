@@ -180,6 +180,19 @@ export const MIGRATIONS: readonly { version: number; sql: string }[] = [
       CREATE TABLE jobtable_paused_kinds (kind TEXT PRIMARY KEY, paused_at INTEGER NOT NULL) STRICT;
     `,
   },
+  {
+    version: 11,
+    sql: `
+      -- Retention: the pruner deletes terminal jobs finished before a
+      -- cutoff, one kind and its statuses at a time (each kind and status
+      -- may keep its jobs for its own age). Terminal rows only, so a prune
+      -- never reads a live job; the kind first, so a kind kept for 90 days
+      -- is never stepped over by the prune of one kept for a day. The
+      -- pruner lists the kinds by jumping from one to the next here.
+      CREATE INDEX jobtable_jobs_terminal ON jobtable_jobs (kind, status, finished_at)
+        WHERE status IN ('succeeded', 'failed', 'cancelled');
+    `,
+  },
 ]
 
 /** The schema version this jobtable writes. */

@@ -5,7 +5,7 @@ import { join } from 'node:path'
 import Database from 'better-sqlite3'
 import { afterEach, beforeEach, describe, expect, it } from 'vitest'
 import { createApi, listen, UnsafeBindError } from 'jobtable/http'
-import { Runner } from 'jobtable'
+import { defineKind, Runner } from 'jobtable'
 import { sqlite } from 'jobtable/sqlite'
 import pg from 'pg'
 import { describeDatabase } from '../../src/cli/database.js'
@@ -115,12 +115,12 @@ function sideRunner(db: string): Runner {
 
 describe('jobtable command', () => {
   it('prints help for every command with exit 0, and refuses bad command lines with exit 2', async () => {
-    for (const command of [[], ['serve'], ['worker'], ['migrate'], ['jobs'], ['kinds']]) {
+    for (const command of [[], ['serve'], ['worker'], ['migrate'], ['jobs'], ['kinds'], ['prune']]) {
       const c = cli([...command, '--help'])
       expect(await c.exit, command.join(' ')).toBe(0)
       expect(c.stdout).toContain(`Usage: jobtable ${command[0] ?? '<command>'}`)
     }
-    for (const args of [[], ['frobnicate'], ['serve', '--bogus'], ['serve', '--kinds', KINDS, '--workers', 'many'], ['serve', '--port', '70000', '--kinds', KINDS], ['worker'], ['jobs'], ['jobs', 'show'], ['jobs', 'list', '--status', 'done'], ['migrate', '--log-level', 'loud'], ['worker', '--kinds', KINDS, '--stop-timeout', 'soon'], ['serve', '--kinds', KINDS, '--stop-timeout', '-1'], ['kinds'], ['kinds', 'pause'], ['kinds', 'stop', 'echo'], ['kinds', 'paused', 'echo']]) {
+    for (const args of [[], ['frobnicate'], ['serve', '--bogus'], ['serve', '--kinds', KINDS, '--workers', 'many'], ['serve', '--port', '70000', '--kinds', KINDS], ['worker'], ['jobs'], ['jobs', 'show'], ['jobs', 'list', '--status', 'done'], ['migrate', '--log-level', 'loud'], ['worker', '--kinds', KINDS, '--stop-timeout', 'soon'], ['serve', '--kinds', KINDS, '--stop-timeout', '-1'], ['kinds'], ['kinds', 'pause'], ['kinds', 'stop', 'echo'], ['kinds', 'paused', 'echo'], ['prune'], ['prune', '--older-than', '7'], ['prune', '--older-than', '7 days'], ['prune', '--older-than', '-1d'], ['prune', '--older-than', '1y'], ['prune', '--older-than', '7d', '--status', 'queued'], ['prune', '--older-than', '7d', 'now']]) {
       const c = cli(args)
       expect(await c.exit, args.join(' ')).toBe(2)
       expect(c.stderr, args.join(' ')).toMatch(/^jobtable: |Usage: jobtable/)
@@ -323,6 +323,51 @@ describe('jobtable command', () => {
     const none = cli(['kinds', 'paused', '-d', db])
     expect(await none.exit).toBe(0)
     expect(JSON.parse(none.stdout)).toEqual({ paused: [] })
+  })
+
+  it('prune deletes the finished jobs older than --older-than, by status and kind if asked, prints the count, and never a queued job', async () => {
+    const db = join(dir, 'prune.db')
+    const DAY = 86_400_000
+    // Jobs that ended ten days ago, by a runner whose clock says so; then one that ends now.
+    const past = new Runner({ driver: sqlite({ path: db }), logger: QUIET, clock: () => Date.now() - 10 * DAY, retention: false })
+    const z = (await import('zod')).z
+    const payload = z.strictObject({ n: z.number() })
+    for (const kind of ['echo', 'mail']) past.register(kind, { payload, failures: ['declined'], handler: ({ n }, job) => (n === 1 ? job.fail('declined') : null) })
+    const queued = new Runner({ driver: sqlite({ path: db }), logger: QUIET, clock: () => Date.now() - 10 * DAY })
+    const parked = queued.register(defineKind('parked', { payload }))
+    const waiting = await parked.enqueue({ n: 0 })
+    await past.start()
+    const old = { echoOk: await past.enqueue('echo', { n: 0 }), echoFailed: await past.enqueue('echo', { n: 1 }), mailOk: await past.enqueue('mail', { n: 0 }) }
+    const ended = async (r: Runner, id: string) => {
+      while (!['succeeded', 'failed'].includes((await r.get(id)).status)) await new Promise((resolve) => setTimeout(resolve, 10))
+    }
+    for (const id of Object.values(old)) await ended(past, id)
+    await past.close()
+    await queued.close()
+    const present = new Runner({ driver: sqlite({ path: db }), logger: QUIET, retention: false })
+    present.register('echo', { payload, handler: () => null })
+    await present.start()
+    const young = await present.enqueue('echo', { n: 0 })
+    await ended(present, young)
+    await present.close()
+
+    const prune = async (...args: string[]) => {
+      const c = cli(['prune', '-d', db, ...args])
+      expect(await c.exit, c.stderr).toBe(0)
+      return JSON.parse(c.stdout) as { deleted: number }
+    }
+    expect(await prune('--older-than', '11d')).toEqual({ deleted: 0 })
+    expect(await prune('--older-than', '7d', '--status', 'failed')).toEqual({ deleted: 1 })
+    expect(await prune('--older-than', '7d', '--kind', 'mail', '--kind', 'other')).toEqual({ deleted: 1 })
+    expect(await prune('--older-than', '168h', '--status', 'succeeded', '--status', 'cancelled')).toEqual({ deleted: 1 })
+    const reader = new Runner({ driver: sqlite({ path: db }), logger: QUIET })
+    try {
+      expect((await reader.list()).jobs.map((j) => [j.id, j.status]).sort()).toEqual([[waiting, 'queued'], [young, 'succeeded']].sort())
+      expect(await prune('--older-than', '0s')).toEqual({ deleted: 1 })
+      expect((await reader.list()).jobs.map((j) => j.id)).toEqual([waiting])
+    } finally {
+      await reader.close()
+    }
   })
 
   it('fails with exit 1 and one line, without a stack, when the kinds module cannot load', async () => {

@@ -4,14 +4,17 @@ import type { ClaimGate } from '../claim-gate.js'
 import { InterruptedSweep } from './interrupted.js'
 import { CancelWatch } from './cancel-watch.js'
 import { LostClaimRecovery } from './lost-claims.js'
+import type { RetentionConfig } from '../retention-rules.js'
+import { Retention } from './retention.js'
 import { Scheduler } from './scheduler.js'
 import { UnservedKinds } from './unserved-kinds.js'
 
 /**
  * The runner's chores around the claim, independent of the driver: one
  * small service each (the interrupted sweep, lost-claim recovery, the
- * check for kinds no runner handles, the scheduler of due jobs), each
- * with its own timer. Later chores (retention, cron) join them here.
+ * check for kinds no runner handles, the scheduler of due jobs, the
+ * cancellation watch, retention), each with its own timer. Later chores
+ * (cron) join them here.
  */
 export class Maintenance {
   readonly #interrupted: InterruptedSweep
@@ -26,6 +29,8 @@ export class Maintenance {
     runnerId: string
     gate: ClaimGate
     unknownKindGraceMs: number
+    /** What retention deletes and how often; null when this process never prunes. */
+    retention: RetentionConfig | null
     logger: Logger
     clock: () => number
     /** Called when jobs became queued: a worker should look. */
@@ -34,7 +39,7 @@ export class Maintenance {
     running: () => number
     cancel: (ids: readonly string[]) => void
   }) {
-    const { driver, runnerId, gate, unknownKindGraceMs, logger, clock, wake, running, cancel } = options
+    const { driver, runnerId, gate, unknownKindGraceMs, retention, logger, clock, wake, running, cancel } = options
     this.#interrupted = new InterruptedSweep(driver, runnerId, logger, clock)
     this.scheduler = new Scheduler(driver, logger, clock, wake)
     this.cancels = new CancelWatch(driver, runnerId, logger, running, cancel)
@@ -45,6 +50,7 @@ export class Maintenance {
       this.scheduler,
       this.cancels,
     ]
+    if (retention !== null) this.#services.push(new Retention(driver, retention.rules, retention.intervalMs, logger, clock))
   }
 
   /** The first sweep, before any claim: its error fails start(). */
