@@ -1,21 +1,6 @@
 import { TERMINAL_STATUSES, type TerminalStatus } from '../index.js'
 import { COMMON_FLAGS, databaseOf, loggerFor, openRunner, type CliContext } from './runtime.js'
-import { EXIT, HELP, parse, UsageError } from './usage.js'
-
-/** Milliseconds per unit of a --older-than duration. */
-const UNITS = { ms: 1, s: 1_000, m: 60_000, h: 3_600_000, d: 86_400_000, w: 604_800_000 } as const
-
-/**
- * A duration such as `7d`, `36h`, `90m`, `30s` or `500ms`: a whole number
- * and one unit (ms, s, m, h, d, w), in milliseconds. Anything else, or a
- * duration too long to count in milliseconds exactly, is a usage error.
- */
-export function parseDuration(flag: string, value: string): number {
-  const m = /^(\d+)(ms|s|m|h|d|w)$/.exec(value)
-  const ms = m ? Number(m[1]) * UNITS[m[2] as keyof typeof UNITS] : NaN
-  if (!Number.isSafeInteger(ms)) throw new UsageError(`--${flag} must be a whole number and a unit, such as 7d, 36h, 90m, 30s or 500ms`)
-  return ms
-}
+import { durationFlag, EXIT, HELP, parse, UsageError } from './usage.js'
 
 /**
  * `jobtable prune --older-than <duration> [--status S]... [--kind K]...`:
@@ -41,7 +26,7 @@ export async function pruneCommand(ctx: CliContext): Promise<number> {
   if (positionals.length > 0) throw new UsageError(`unexpected argument ${JSON.stringify(positionals[0])}`)
   const olderThan = values['older-than']
   if (olderThan === undefined) throw new UsageError('prune needs --older-than, such as --older-than 7d')
-  const olderThanMs = parseDuration('older-than', olderThan)
+  const olderThanMs = durationFlag('older-than', olderThan)
   const statuses = values.status
   for (const s of statuses ?? []) {
     if (!(TERMINAL_STATUSES as readonly string[]).includes(s)) throw new UsageError(`--status must be ${TERMINAL_STATUSES.join(', ')} (a job in any other status is never pruned)`)

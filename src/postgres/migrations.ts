@@ -244,8 +244,11 @@ export const MIGRATIONS: readonly Migration[] = [
     version: 11,
     sql: (s) => `
       -- Retention: terminal jobs by kind, status and finish time, for the
-      -- pruner (see the SQLite migration of the same number).
-      CREATE INDEX jobs_terminal ON ${s}.jobs (kind, status, finished_at)
+      -- pruner (see the SQLite migration of the same number). Building it
+      -- holds writes to the table until it is done; IF NOT EXISTS lets an
+      -- operator build it first with CREATE INDEX CONCURRENTLY, under the
+      -- same name and definition (docs/postgres.md).
+      CREATE INDEX IF NOT EXISTS jobs_terminal ON ${s}.jobs (kind, status, finished_at)
         WHERE status IN ('succeeded', 'failed', 'cancelled');
     `,
   },

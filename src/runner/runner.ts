@@ -11,7 +11,7 @@ import { ClaimGate } from './claim-gate.js'
 import { type EnqueueOptions, Enqueuer, type Kind, type UniqueEnqueue } from './enqueue.js'
 import { Liveness, retryTransient } from './liveness.js'
 import { Maintenance } from './maintenance/index.js'
-import { prune } from './maintenance/retention.js'
+import { pruneJobs } from './maintenance/retention.js'
 import { type PruneOptions, pruneRules, type RetentionConfig, retentionConfig, type RetentionOptions } from './retention-rules.js'
 import { Producer } from './producer.js'
 
@@ -427,7 +427,7 @@ export class Runner<D extends Driver = Driver> {
   async prune(options?: PruneOptions): Promise<number> {
     const rules = options === undefined ? this.#retention?.rules : pruneRules(options)
     if (rules === undefined) throw new InvalidArgumentError('prune: this runner has retention: false; pass { olderThanMs } to say what to delete')
-    return prune(this.#driver, rules, this.#clock)
+    return pruneJobs(this.#driver, rules, this.#clock)
   }
 
   /**

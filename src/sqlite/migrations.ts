@@ -189,7 +189,8 @@ export const MIGRATIONS: readonly { version: number; sql: string }[] = [
       -- never reads a live job; the kind first, so a kind kept for 90 days
       -- is never stepped over by the prune of one kept for a day. The
       -- pruner lists the kinds by jumping from one to the next here.
-      CREATE INDEX jobtable_jobs_terminal ON jobtable_jobs (kind, status, finished_at)
+      -- IF NOT EXISTS: an operator may have built it ahead of the upgrade.
+      CREATE INDEX IF NOT EXISTS jobtable_jobs_terminal ON jobtable_jobs (kind, status, finished_at)
         WHERE status IN ('succeeded', 'failed', 'cancelled');
     `,
   },

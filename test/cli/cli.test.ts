@@ -1,5 +1,5 @@
 import { spawn, type ChildProcess } from 'node:child_process'
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs'
+import { existsSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import Database from 'better-sqlite3'
@@ -115,12 +115,12 @@ function sideRunner(db: string): Runner {
 
 describe('jobtable command', () => {
   it('prints help for every command with exit 0, and refuses bad command lines with exit 2', async () => {
-    for (const command of [[], ['serve'], ['worker'], ['migrate'], ['jobs'], ['kinds'], ['prune']]) {
+    for (const command of [[], ['serve'], ['worker'], ['migrate'], ['jobs'], ['kinds']]) {
       const c = cli([...command, '--help'])
       expect(await c.exit, command.join(' ')).toBe(0)
       expect(c.stdout).toContain(`Usage: jobtable ${command[0] ?? '<command>'}`)
     }
-    for (const args of [[], ['frobnicate'], ['serve', '--bogus'], ['serve', '--kinds', KINDS, '--workers', 'many'], ['serve', '--port', '70000', '--kinds', KINDS], ['worker'], ['jobs'], ['jobs', 'show'], ['jobs', 'list', '--status', 'done'], ['migrate', '--log-level', 'loud'], ['worker', '--kinds', KINDS, '--stop-timeout', 'soon'], ['serve', '--kinds', KINDS, '--stop-timeout', '-1'], ['kinds'], ['kinds', 'pause'], ['kinds', 'stop', 'echo'], ['kinds', 'paused', 'echo'], ['prune'], ['prune', '--older-than', '7'], ['prune', '--older-than', '7 days'], ['prune', '--older-than', '-1d'], ['prune', '--older-than', '1y'], ['prune', '--older-than', '7d', '--status', 'queued'], ['prune', '--older-than', '7d', 'now']]) {
+    for (const args of [[], ['frobnicate'], ['serve', '--bogus'], ['serve', '--kinds', KINDS, '--workers', 'many'], ['serve', '--port', '70000', '--kinds', KINDS], ['worker'], ['jobs'], ['jobs', 'show'], ['jobs', 'list', '--status', 'done'], ['migrate', '--log-level', 'loud'], ['worker', '--kinds', KINDS, '--stop-timeout', 'soon'], ['serve', '--kinds', KINDS, '--stop-timeout', '-1'], ['kinds'], ['kinds', 'pause'], ['kinds', 'stop', 'echo'], ['kinds', 'paused', 'echo']]) {
       const c = cli(args)
       expect(await c.exit, args.join(' ')).toBe(2)
       expect(c.stderr, args.join(' ')).toMatch(/^jobtable: |Usage: jobtable/)
@@ -325,6 +325,34 @@ describe('jobtable command', () => {
     expect(JSON.parse(none.stdout)).toEqual({ paused: [] })
   })
 
+  it('prune --help; prune and --retention refuse a bad duration or a status that is not terminal with exit 2, deleting nothing', async () => {
+    const help = cli(['prune', '--help'])
+    expect(await help.exit).toBe(0)
+    expect(help.stdout).toContain('Usage: jobtable prune --older-than <duration>')
+    const db = join(dir, 'refused.db')
+    const bad = [
+      ['prune'],
+      ['prune', '--older-than', '7'],
+      ['prune', '--older-than', '7 days'],
+      ['prune', '--older-than', '-1d'],
+      ['prune', '--older-than', '1y'],
+      ['prune', '--older-than', '99999999999999d'],
+      ['prune', '--older-than', '7d', '--status', 'queued'],
+      ['prune', '--older-than', '7d', 'now'],
+      ['worker', '--kinds', KINDS, '--retention', '7 days'],
+      ['serve', '--kinds', KINDS, '--retention', '-1d'],
+    ]
+    await Promise.all(
+      bad.map(async (args) => {
+        const c = cli([...args, '-d', db])
+        expect(await c.exit, args.join(' ')).toBe(2)
+        expect(c.stderr, args.join(' ')).toMatch(/^jobtable: .*\nRun jobtable (prune|worker|serve) --help for usage\.\n$/)
+      }),
+    )
+    // Refused before the database was opened.
+    expect(existsSync(db)).toBe(false)
+  })
+
   it('prune deletes the finished jobs older than --older-than, by status and kind if asked, prints the count, and never a queued job', async () => {
     const db = join(dir, 'prune.db')
     const DAY = 86_400_000
@@ -368,6 +396,33 @@ describe('jobtable command', () => {
     } finally {
       await reader.close()
     }
+  })
+
+  it('worker --retention: the started workers delete the finished jobs older than it, at their start, and log how many', async () => {
+    const db = join(dir, 'retention.db')
+    const DAY = 86_400_000
+    const finishedAgo = async (days: number) => {
+      const r = new Runner({ driver: sqlite({ path: db }), logger: QUIET, clock: () => Date.now() - days * DAY, retention: false })
+      registerKinds(r)
+      await r.start()
+      const id = await r.enqueue('echo', { text: 'x' })
+      await poll(() => r.get(id), (j) => j.status === 'succeeded')
+      await r.close()
+      return id
+    }
+    const old = await finishedAgo(10)
+    const young = await finishedAgo(1)
+    const c = cli(['worker', '--kinds', KINDS, '-d', db, '--retention', '5d', '--log-level', 'info'])
+    const reader = sideRunner(db)
+    try {
+      await pollWhileUp(c, () => reader.list(), (page) => !page.jobs.some((j) => j.id === old))
+      expect((await reader.list()).jobs.map((j) => j.id)).toEqual([young])
+    } finally {
+      await reader.close()
+    }
+    c.proc.kill('SIGTERM')
+    expect(await c.exit).toBe(0)
+    expect(logLines(c).filter((l) => l.msg === 'deleted terminal jobs past their retention').map((l) => l.count)).toEqual([1])
   })
 
   it('fails with exit 1 and one line, without a stack, when the kinds module cannot load', async () => {

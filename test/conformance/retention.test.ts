@@ -282,6 +282,53 @@ describeEachBackend('retention', (backend) => {
     expect(await stored(pruner, ids.slice(0, 5))).toEqual([])
   })
 
+  it('stop() ends a pass under way after its current statement, and waits for it', async () => {
+    const worker = h.runner({ workers: 10, retention: false })
+    const kind = worker.register(echo, () => null)
+    const done = track(worker)
+    const ids = await kind.enqueueMany(Array.from({ length: PRUNE_BATCH + 500 }, (_, n) => ({ n })))
+    await worker.start()
+    await done.ends(ids)
+    done.stop()
+    await worker.stop()
+    // The pass's first delete waits until stop() has begun stopping the maintenance: the runner
+    // stops its wakes (onWake's unsubscribe), then at once its maintenance.
+    const real = h.store.driver()
+    const release = gate()
+    const statements: number[] = []
+    const driver = new Proxy(real, {
+      get(target, prop) {
+        const value = Reflect.get(target, prop) as unknown
+        if (typeof value !== 'function') return value
+        if (prop === 'jobPrune') {
+          return async (params: never) => {
+            await release.promise
+            const n = (await (value as (p: never) => Promise<number>).call(target, params)) as number
+            statements.push(n)
+            return n
+          }
+        }
+        if (prop === 'onWake') {
+          return (callback: never) => {
+            const off = (value as (c: never) => () => void).call(target, callback)
+            return () => {
+              off()
+              setImmediate(() => release.open())
+            }
+          }
+        }
+        return (value as (...a: unknown[]) => unknown).bind(target)
+      },
+    })
+    const runner = h.runner({ driver, clock: () => Date.now() + 1, retention: { maxAgeMs: 0, intervalMs: 3_600_000 } })
+    runner.register(echo, () => null)
+    await runner.start()
+    await runner.stop()
+    expect(statements).toEqual([PRUNE_BATCH])
+    // What the stopped pass left: the rest of the backlog.
+    expect(await h.runner({ clock: () => Date.now() + 1 }).prune({ olderThanMs: 0 })).toBe(500)
+  })
+
   it('prunes while a drain runs: every job starts once and ends once, and only terminal jobs vanish', async () => {
     const faulty = new FaultyDriver(h.store.driver())
     const prunes = faulty.record('jobPrune')

@@ -22,7 +22,7 @@ export const PRUNE_BATCH = 1_000
  * with backoff. Returns how many it deleted, early once `stopped()`
  * says so.
  */
-export async function prune(driver: Driver, rules: PruneRules, clock: () => number, stopped: () => boolean = () => false): Promise<number> {
+export async function pruneJobs(driver: Driver, rules: PruneRules, clock: () => number, stopped: () => boolean = () => false): Promise<number> {
   const kinds = rules.kinds ?? (await retryTransient(() => driver.kindsFinished()))
   let deleted = 0
   for (const kind of kinds) {
@@ -72,7 +72,7 @@ export class Retention extends Periodic {
   }
 
   protected async pass(): Promise<void> {
-    const count = await prune(this.#driver, this.#rules, this.#clock, () => this.#stopped)
+    const count = await pruneJobs(this.#driver, this.#rules, this.#clock, () => this.#stopped)
     if (count > 0) this.logger.info({ count }, 'deleted terminal jobs past their retention')
   }
 
