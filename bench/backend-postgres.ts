@@ -162,8 +162,7 @@ async function countByKindAndStatus(client: pg.Client): Promise<Record<string, R
 
 /**
  * The jobs table's live and dead tuples as the statistics collector last
- * counted them (it lags by up to a second: pg_stat_force_next_flush is
- * PostgreSQL 15), when it was last vacuumed, and its size with indexes.
+ * counted them, how often it was vacuumed, and its size with indexes.
  */
 async function storage(client: pg.Client, schema: string): Promise<Record<string, number>> {
   const { rows } = await client.query<{ live: string; dead: string; bytes: string; vacuums: string }>(
@@ -234,6 +233,8 @@ async function pgStore(): Promise<Store> {
       }
     },
     async storage() {
+      // The connections that wrote report their counts once idle for 10 s at most (PostgreSQL 15).
+      await new Promise((resolve) => setTimeout(resolve, 11_000))
       const client = await connect(schema)
       try {
         return await storage(client, schema)

@@ -42,6 +42,10 @@ export interface KindRetention {
  * Retention is a setting of the whole deployment: every started runner on
  * the database prunes by its own rules, so the shortest age any of them
  * has for a job is the one that holds. Give every process the same.
+ * Ages are read by this runner's clock against finish times written by
+ * the clock of whichever runner finished each job: runners whose `clock`
+ * options disagree by days (a test's) prune each other's jobs early or
+ * late.
  */
 export interface RetentionOptions {
   /** The age of every terminal job no other rule names. Default 604800000 (7 days). */
