@@ -160,6 +160,20 @@ async function countByKindAndStatus(client: pg.Client): Promise<Record<string, R
   return out
 }
 
+/**
+ * The jobs table's live and dead tuples as the statistics collector last
+ * counted them, how often it was vacuumed, and its size with indexes.
+ */
+async function storage(client: pg.Client, schema: string): Promise<Record<string, number>> {
+  const { rows } = await client.query<{ live: string; dead: string; bytes: string; vacuums: string }>(
+    `SELECT n_live_tup AS live, n_dead_tup AS dead, pg_total_relation_size(relid) AS bytes, vacuum_count + autovacuum_count AS vacuums
+       FROM pg_stat_user_tables WHERE schemaname = $1 AND relname = 'jobs'`,
+    [schema],
+  )
+  const r = rows[0]
+  return r === undefined ? {} : { live_tuples: Number(r.live), dead_tuples: Number(r.dead), table_mb: Number(r.bytes) / 2 ** 20, vacuums: Number(r.vacuums) }
+}
+
 /** Inserts `jobs` queued jobs in one statement, ids from newJobId, in seq order of the array. */
 async function seedQueued(client: pg.Client, jobs: number): Promise<void> {
   const now = Date.now()
@@ -214,6 +228,16 @@ async function pgStore(): Promise<Store> {
       const client = await connect(schema)
       try {
         return await countByKindAndStatus(client)
+      } finally {
+        await client.end()
+      }
+    },
+    async storage() {
+      // The connections that wrote report their counts once idle for 10 s at most (PostgreSQL 15).
+      await new Promise((resolve) => setTimeout(resolve, 11_000))
+      const client = await connect(schema)
+      try {
+        return await storage(client, schema)
       } finally {
         await client.end()
       }
@@ -491,6 +515,27 @@ const pgFloors: Floors = {
         if (job !== undefined) await client.query(FINISH_ONE, [job.id, job.attempt, now])
       }
       return { p50: percentile(times, 50), p99: percentile(times, 99) }
+    })
+  },
+  async prune(rows, batch) {
+    return withSchema(1, async ([c], schema) => {
+      const client = c as pg.Client
+      await seedFinished(client, rows)
+      const q = queries(`"${schema}"`)
+      const times: number[] = []
+      let deleted = 0
+      const before = Date.now() + 1
+      const t0 = performance.now()
+      for (;;) {
+        const s = performance.now()
+        const n = (await client.query(prepared(q.pruneJobs, ['noop', ['succeeded', 'failed', 'cancelled'], before, batch]))).rowCount ?? 0
+        times.push(performance.now() - s)
+        deleted += n
+        if (n < batch) break
+      }
+      const r = rate(deleted, t0)
+      if (deleted !== rows) throw new Error(`prune floor: ${deleted} of ${rows} deleted`)
+      return { rows_per_s: r, p50_ms: percentile(times, 50), p99_ms: percentile(times, 99), statements: times.length }
     })
   },
   async drainShapedBesideScheduled(jobs, workers, scheduledRows) {

@@ -6,6 +6,7 @@ import type { Driver } from 'jobtable'
 import { SCHEDULED_DELAY_MS, type Backend, type EnqueueShape, type Floors, type Store } from './backend.js'
 import * as floor from './floor-sqlite.js'
 import type { Sync } from './floor-sqlite.js'
+import { percentile } from './stats.js'
 
 /** SQLite on a temporary file, with jobtable's driver and better-sqlite3 for the floor. */
 export function sqliteBackend(sync: Sync): Backend {
@@ -63,6 +64,14 @@ function sqliteStore(sync: Sync): Store {
         db.close()
       }
     },
+    async storage() {
+      const db = floor.openFloorDb(path, sync)
+      try {
+        return floor.storage(db)
+      } finally {
+        db.close()
+      }
+    },
     async drop() {
       for (const d of opened) await d.close().catch(() => undefined)
       rmSync(dir, { recursive: true, force: true })
@@ -115,6 +124,14 @@ function sqliteFloors(sync: Sync): Floors {
     },
     async latency(samples) {
       return withDb(sync, (db) => floor.latencyFloor(db, samples))
+    },
+    async prune(rows, batch) {
+      return withDb(sync, (db) => {
+        floor.seedFinished(db, rows)
+        const { rows_per_s, times } = floor.pruneShaped(db, batch)
+        if ((floor.countByStatus(db)['succeeded'] ?? 0) !== 0) throw new Error('prune floor: finished jobs left')
+        return { rows_per_s, p50_ms: percentile(times, 50), p99_ms: percentile(times, 99), statements: times.length }
+      })
     },
     async drainShapedBesideScheduled(jobs, workers, scheduledRows) {
       return withDb(sync, (db) => {

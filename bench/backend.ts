@@ -24,6 +24,14 @@ export interface InsertFloorRate {
   readonly shaped: Readonly<Record<EnqueueShape, number>>
 }
 
+/** The library's prune statement alone, run until it comes back short: per-statement times and rows deleted per second. */
+export interface PruneFloor {
+  readonly rows_per_s: number
+  readonly p50_ms: number
+  readonly p99_ms: number
+  readonly statements: number
+}
+
 /**
  * The raw-SQL floors of one backend, without the library's JavaScript:
  * "single" and "batched" are the least SQL a durable queue runs, "shaped"
@@ -43,6 +51,12 @@ export interface Floors {
    * later (0: an empty table); jobs/s. The scheduled workload's floor.
    */
   drainShapedBesideScheduled(jobs: number, workers: number, scheduledRows: number): Promise<number>
+  /**
+   * The library's own prune statement (pruneJobs in its queries.ts) on a fresh table
+   * of `rows` finished jobs, `batch` rows a statement, one after another
+   * until a statement deletes fewer: how long each holds the database.
+   */
+  prune(rows: number, batch: number): Promise<PruneFloor>
 }
 
 /** An isolated store (a fresh SQLite file, a fresh PostgreSQL schema). */
@@ -63,6 +77,12 @@ export interface Store {
   countByStatus(): Promise<Record<string, number>>
   /** How many jobs of each kind the store holds in each status (kind, then status), read with raw SQL. */
   countByKindAndStatus(): Promise<Record<string, Record<string, number>>>
+  /**
+   * What the jobs table takes on disk, read with raw SQL: SQLite its pages
+   * and free pages (PRAGMA page_count, freelist_count); PostgreSQL its live
+   * and dead tuples (pg_stat_user_tables) and its size with indexes.
+   */
+  storage(): Promise<Record<string, number>>
   drop(): Promise<void>
 }
 

@@ -304,3 +304,29 @@ export function insertShaped(db: Database.Database, n: number, perTx: number): n
   }
   return n / ((performance.now() - t0) / 1000)
 }
+
+/** Pages of the file, and pages on its free list (deleted rows' pages, reused by later writes). */
+export function storage(db: Database.Database): Record<string, number> {
+  return { pages: db.pragma('page_count', { simple: true }) as number, free_pages: db.pragma('freelist_count', { simple: true }) as number }
+}
+
+/**
+ * The library's prune statement (sql.pruneJobs, bound as the driver binds
+ * it) on the table's finished jobs, `batch` rows a statement,
+ * autocommitted one after another until one deletes fewer; times each.
+ */
+export function pruneShaped(db: Database.Database, batch: number): { rows_per_s: number; times: number[] } {
+  const prune = db.prepare(sql.pruneJobs)
+  const params = { kind: 'noop', statuses: JSON.stringify(['succeeded', 'failed', 'cancelled']), before: Date.now() + 1, limit: batch }
+  const times: number[] = []
+  let rows = 0
+  const t0 = performance.now()
+  for (;;) {
+    const s = performance.now()
+    const n = prune.run(params).changes
+    times.push(performance.now() - s)
+    rows += n
+    if (n < batch) break
+  }
+  return { rows_per_s: rows / ((performance.now() - t0) / 1000), times }
+}

@@ -2,12 +2,13 @@
  * jobtable benchmarks: `npm run bench -- [options]`.
  *
  *   --backend sqlite|postgres   default: both (postgres is skipped, saying why, when unavailable)
- *   --workload NAME[,NAME]      drain, enqueue, latency, mixed, scale, scheduled, limited; default all but scale, scheduled and limited
+ *   --workload NAME[,NAME]      drain, enqueue, latency, mixed, scale, scheduled, limited, prune; default all but scale, scheduled, limited and prune
  *   --jobs N                    jobs per throughput workload, default 20000
  *   --workers N                 runner workers, default 10
  *   --samples N                 latency samples, default 2000
  *   --scale-rows N              finished rows for scale, default 1000000
  *   --scheduled-rows N          jobs scheduled for next week beside the due ones, for scheduled; default 1000000
+ *   --prune-rows N              finished jobs the prune workload deletes; default 200000
  *   --repeat N                  repeats per measurement, medians reported; default 1
  *   --sync normal|full|both     SQLite durability settings to run, default both
  *   --no-floor                  skip the raw-SQL floors (for profiling)
@@ -38,7 +39,10 @@ import { sqliteBackend } from './backend-sqlite.js'
 import { profileLabel } from './profiler.js'
 import * as work from './workloads.js'
 
-const WORKLOADS = ['drain', 'enqueue', 'latency', 'mixed', 'scale', 'scheduled', 'limited'] as const
+const WORKLOADS = ['drain', 'enqueue', 'latency', 'mixed', 'scale', 'scheduled', 'limited', 'prune'] as const
+
+/** Batch sizes the prune workload's floor runs the prune statement at: the library's PRUNE_BATCH and a tenth and ten times it. */
+const PRUNE_FLOOR_BATCHES = [100, 1_000, 10_000] as const
 type Workload = (typeof WORKLOADS)[number]
 
 interface Options {
@@ -49,6 +53,7 @@ interface Options {
   samples: number
   scaleRows: number
   scheduledRows: number
+  pruneRows: number
   repeat: number
   syncs: ('normal' | 'full')[]
   floor: boolean
@@ -71,6 +76,7 @@ function parseArgs(argv: string[]): Options {
     samples: 2_000,
     scaleRows: 1_000_000,
     scheduledRows: 1_000_000,
+    pruneRows: 200_000,
     repeat: 1,
     syncs: ['normal', 'full'],
     floor: true,
@@ -106,6 +112,7 @@ function parseArgs(argv: string[]): Options {
       case '--samples': o.samples = int(); break
       case '--scale-rows': o.scaleRows = int(); break
       case '--scheduled-rows': o.scheduledRows = int(); break
+      case '--prune-rows': o.pruneRows = int(); break
       case '--repeat': o.repeat = int(); break
       case '--sync': {
         const v = value()
@@ -125,8 +132,8 @@ function parseArgs(argv: string[]): Options {
 
 function usage(problem?: string): never {
   if (problem) console.error(problem)
-  console.error('usage: npm run bench -- [--backend sqlite|postgres] [--workload drain|enqueue|latency|mixed|scale|scheduled|limited|all] [--jobs N] [--workers N]')
-  console.error('       [--samples N] [--scale-rows N] [--scheduled-rows N] [--repeat N] [--sync normal|full|both] [--no-floor] [--profile DIR]')
+  console.error('usage: npm run bench -- [--backend sqlite|postgres] [--workload drain|enqueue|latency|mixed|scale|scheduled|limited|prune|all] [--jobs N] [--workers N]')
+  console.error('       [--samples N] [--scale-rows N] [--scheduled-rows N] [--prune-rows N] [--repeat N] [--sync normal|full|both] [--no-floor] [--profile DIR]')
   process.exit(problem ? 2 : 0)
 }
 
@@ -269,6 +276,23 @@ async function runUnit(unit: Unit, o: Options): Promise<void> {
         round.push({ m, floor: { single: Number.NaN, batched: Number.NaN, shaped }, ...(extra ? { extra } : {}) })
         break
       }
+      case 'prune': {
+        // The latency floor is the same runner's claim latency without the prune, before and after it (in extra).
+        const m = await fresh((s) => work.prune(s, o.pruneRows, o.samples, o.workers))
+        // The prune statement alone at each batch size: how long one holds the database, and rows deleted per second.
+        const extra: Record<string, number> = {}
+        if (o.floor) {
+          for (const batch of PRUNE_FLOOR_BATCHES) {
+            const pf = await f.prune(o.pruneRows, batch)
+            extra[`floor_batch_${batch}_rows_per_s`] = pf.rows_per_s
+            extra[`floor_batch_${batch}_p50_ms`] = pf.p50_ms
+            extra[`floor_batch_${batch}_p99_ms`] = pf.p99_ms
+            console.error(`bench: prune floor: batch ${batch}: ${Math.round(pf.rows_per_s)} rows/s, ${pf.p50_ms.toFixed(2)}/${pf.p99_ms.toFixed(2)} ms per statement (p50/p99, ${pf.statements} statements)`)
+          }
+        }
+        round.push({ m, floor: noFloor, extra })
+        break
+      }
       case 'limited': {
         // No floor: the question is the library's own claim with and without a limited backlog,
         // and the ratio between the two says it.
@@ -404,8 +428,8 @@ async function main(): Promise<void> {
     }
     for (const workload of o.workloads) {
       if (backend === 'sqlite') {
-        // Scale and scheduled are about table size and limited about the claim, not fsync: run them at the default setting only.
-        const defaultOnly = workload === 'scale' || workload === 'scheduled' || workload === 'limited'
+        // Scale and scheduled are about table size, limited about the claim and prune about the claim beside it, not fsync: run them at the default setting only.
+        const defaultOnly = workload === 'scale' || workload === 'scheduled' || workload === 'limited' || workload === 'prune'
         for (const sync of defaultOnly ? (['normal'] as const) : o.syncs) units.push({ backend, sync, workload })
       } else units.push({ backend, sync: 'normal', workload })
     }

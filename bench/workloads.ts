@@ -537,3 +537,90 @@ async function drainBesideLimited(store: Store, jobs: number, workers: number): 
     await h.close()
   }
 }
+
+/** One sample of the latency loop: enqueue a job and time it to its handler's start, then wait for its end. */
+async function latencySample(h: Harness, times: number[], ended: number): Promise<void> {
+  const s = performance.now()
+  const id = await h.kind.enqueue({ n: 0 })
+  await h.untilStarted(id)
+  times.push((h.started.get(id) as number) - s)
+  await h.untilEnded(ended)
+}
+
+/**
+ * Retention must never hold up claims. On a table holding `rows` finished
+ * jobs (seeded by SQL), a started runner takes latency samples as
+ * `latency` does (enqueue to handler start, one job at a time, workers
+ * idle): `samples` of them, then as many as fit while the same runner's
+ * `prune({ olderThanMs: 0 })` deletes the backlog (the maintenance pass's
+ * code, in its batches, on the runner's own driver), then `samples` more.
+ * Reports rows deleted per second, the claim latency during the prune,
+ * and its ratio to the mean of the latency before and after; and what the
+ * table takes on disk before and after the prune.
+ */
+export async function prune(store: Store, rows: number, samples: number, workers: number): Promise<Measurement> {
+  const seedStart = performance.now()
+  await store.seedFinished(rows)
+  const seedSeconds = (performance.now() - seedStart) / 1000
+  const h = new Harness(store.driver(), workers)
+  try {
+    await h.runner.start()
+    let ended = 0
+    const warm: number[] = []
+    for (let i = 0; i < 50; i++) await latencySample(h, warm, ++ended)
+    const before: number[] = []
+    for (let i = 0; i < samples; i++) await latencySample(h, before, ++ended)
+    const storedBefore = await store.storage()
+    const rss = new RssSampler()
+    await profileStart()
+    const cpu0 = process.cpuUsage()
+    let done = false
+    const t0 = performance.now()
+    let pruneMs = 0
+    const pruning = h.runner.prune({ olderThanMs: 0 }).then((n) => {
+      pruneMs = performance.now() - t0
+      done = true
+      return n
+    })
+    const during: number[] = []
+    while (!done) await latencySample(h, during, ++ended)
+    const deleted = await pruning
+    const cpuUs = cpuSince(cpu0)
+    await profileStop()
+    const rssMb = rss.maxMb
+    rss.stop()
+    const storedAfter = await store.storage()
+    const after: number[] = []
+    for (let i = 0; i < samples; i++) await latencySample(h, after, ++ended)
+    if (deleted < rows) throw new Error(`prune: deleted ${deleted} of ${rows} finished jobs`)
+    const left = (await store.countByStatus())['succeeded'] ?? 0
+    // Left: the samples taken after the prune, and those during it that ended after its last statement.
+    if (left < samples || left > samples + during.length) throw new Error(`prune: ${left} finished jobs left, expected the ${samples} sampled after it and at most ${during.length} more`)
+    const p = (xs: number[], q: number) => percentile(xs, q)
+    const floorP50 = (p(before, 50) + p(after, 50)) / 2
+    const floorP99 = (p(before, 99) + p(after, 99)) / 2
+    const x = {
+      rows,
+      deleted,
+      prune_s: pruneMs / 1000,
+      samples_during: during.length,
+      p50_before_ms: p(before, 50),
+      p99_before_ms: p(before, 99),
+      p50_after_ms: p(after, 50),
+      p99_after_ms: p(after, 99),
+      ratio_p50: p(during, 50) / floorP50,
+      ratio_p99: p(during, 99) / floorP99,
+      max_during_ms: Math.max(...during),
+      seed_s: seedSeconds,
+      ...Object.fromEntries(Object.entries(storedBefore).map(([k, v]) => [`before_${k}`, v])),
+      ...Object.fromEntries(Object.entries(storedAfter).map(([k, v]) => [`after_${k}`, v])),
+    }
+    console.error(
+      `bench: prune: ${deleted} rows in ${(pruneMs / 1000).toFixed(2)} s (${Math.round(deleted / (pruneMs / 1000))}/s); claim p50/p99 ${p(during, 50).toFixed(3)}/${p(during, 99).toFixed(3)} ms during (${during.length} samples, max ${x.max_during_ms.toFixed(1)}), ` +
+        `${p(before, 50).toFixed(3)}/${p(before, 99).toFixed(3)} before, ${p(after, 50).toFixed(3)}/${p(after, 99).toFixed(3)} after: ratio ${x.ratio_p50.toFixed(2)}/${x.ratio_p99.toFixed(2)}; storage ${JSON.stringify(storedBefore)} -> ${JSON.stringify(storedAfter)}`,
+    )
+    return { jobs: deleted, jobs_per_s: deleted / (pruneMs / 1000), p50_ms: p(during, 50), p99_ms: p(during, 99), rss_mb: rssMb, cpu_us_per_job: cpuUs / deleted, extra: x }
+  } finally {
+    await h.close()
+  }
+}

@@ -1,4 +1,4 @@
-import type { JobStatus } from './job.js'
+import type { JobStatus, TerminalStatus } from './job.js'
 
 /**
  * The seam between the runner and a database. The runner never issues SQL;
@@ -94,6 +94,16 @@ export interface Driver<Tx = unknown, TxSync extends boolean = boolean> {
   scheduleAdvance(params: { name: string; tickAt: number; jobs: readonly NewJob[]; now: number }): Promise<boolean>
   /** The last tick recorded for each of the schedules `names` that has one. */
   schedulesRead(params: { names: readonly string[] }): Promise<{ name: string; lastTickAt: number }[]>
+  /**
+   * Deletes up to `limit` terminal jobs of `kind` whose status is one of
+   * `statuses` and that finished before `finishedBefore` (epoch ms), in
+   * one statement; returns how many. A job that is not terminal is never
+   * deleted, whatever its times say. Calls from any number of processes
+   * at once each delete other jobs (or none), and never fail for it.
+   */
+  jobPrune(params: { kind: string; statuses: readonly TerminalStatus[]; finishedBefore: number; limit: number }): Promise<number>
+  /** The kinds that have terminal jobs, each once: what a prune visits. */
+  kindsFinished(): Promise<string[]>
   /**
    * The kinds of queued jobs that no live runner registered (see
    * runnerRegister): work that nothing running now can do.

@@ -4,7 +4,7 @@
  * and hand it to a Runner.
  */
 export { Runner, jobStartChannel, jobEndChannel, jobPublishChannel, claimErrorChannel } from './runner/runner.js'
-export type { RunnerOptions, StopOptions, Kind, TxOf, TxResult, JobEvent, EnqueueOptions, UniqueEnqueue, JobSpec, ListOptions, JobPage } from './runner/runner.js'
+export type { RunnerOptions, StopOptions, Kind, TxOf, TxResult, JobEvent, EnqueueOptions, UniqueEnqueue, JobSpec, ListOptions, JobPage, RetentionOptions, RetentionAge, RetentionByStatus, KindRetention, PruneOptions } from './runner/runner.js'
 export { defineKind } from './kind.js'
 export type { ScheduleDefinition, ScheduleEnqueueOptions, MissedTicks } from './schedule.js'
 export type { JobContext, KindDefinition, KindDef, KindOptions, Handler, RetryOptions, KindLimit } from './kind.js'
@@ -13,8 +13,10 @@ export type { CancelResult, WakeReason, Driver, DriverCapabilities, LivenessCapa
 export {
   type Job,
   type JobStatus,
+  type TerminalStatus,
   type JsonValue,
   JOB_STATUSES,
+  TERMINAL_STATUSES,
   CODE_INTERNAL,
   CODE_INTERRUPTED,
   CODE_UNKNOWN_KIND,

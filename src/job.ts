@@ -10,6 +10,12 @@ export type JobStatus = 'scheduled' | 'queued' | 'running' | 'succeeded' | 'fail
 /** Every status, in lifecycle order. */
 export const JOB_STATUSES: readonly JobStatus[] = ['scheduled', 'queued', 'running', 'succeeded', 'failed', 'cancelled']
 
+/** The statuses a job ends in: it never changes again, and retention may delete it once it is old enough. */
+export type TerminalStatus = Extract<JobStatus, 'succeeded' | 'failed' | 'cancelled'>
+
+/** Every terminal status. */
+export const TERMINAL_STATUSES: readonly TerminalStatus[] = ['succeeded', 'failed', 'cancelled']
+
 /** Any value that survives JSON.stringify and JSON.parse unchanged. */
 export type JsonValue = null | boolean | number | string | JsonValue[] | { [key: string]: JsonValue }
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env node
 /**
- * The `jobtable` command: `serve`, `worker`, `migrate` and `jobs`. See
+ * The `jobtable` command: `serve`, `worker`, `migrate`, `jobs`, `kinds` and `prune`. See
  * `jobtable --help`, and docs/http.md.
  */
 import { run } from './run.js'

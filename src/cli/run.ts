@@ -1,5 +1,6 @@
 import { JobtableError } from '../index.js'
 import { jobs, kinds, migrate } from './jobs.js'
+import { pruneCommand } from './prune.js'
 import type { CliContext } from './runtime.js'
 import { serve } from './serve.js'
 import { CliFailure, EXIT, HELP, UsageError } from './usage.js'
@@ -25,6 +26,8 @@ export async function run(argv: string[], io: { stdout: NodeJS.WritableStream; s
         return await jobs(ctx)
       case 'kinds':
         return await kinds(ctx)
+      case 'prune':
+        return await pruneCommand(ctx)
       case undefined:
       case '-h':
       case '--help':

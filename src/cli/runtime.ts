@@ -1,5 +1,5 @@
 import type { Logger as Pino } from 'pino'
-import { Runner } from '../index.js'
+import { Runner, type RunnerOptions } from '../index.js'
 import { describeDatabase, DEFAULT_DATABASE, openDriver } from './database.js'
 import { cliLogger, isLogLevel } from './logger.js'
 import { UsageError } from './usage.js'
@@ -31,9 +31,9 @@ export function databaseOf(flag: string | undefined, env: NodeJS.ProcessEnv): st
   return database
 }
 
-/** Opens a runner on the database (applying migrations), logging where, never a password. */
-export async function openRunner(database: string, workers: number, logger: Pino): Promise<Runner> {
+/** Opens a runner on the database (applying migrations), logging where, never a password; `options` reach the Runner. */
+export async function openRunner(database: string, workers: number, logger: Pino, options: Pick<RunnerOptions<never>, 'retention'> = {}): Promise<Runner> {
   const driver = await openDriver(database)
   logger.debug({ database: describeDatabase(database), driver: driver.name }, 'database open')
-  return new Runner({ driver, workers: Math.max(workers, 1), logger })
+  return new Runner({ driver, workers: Math.max(workers, 1), logger, ...options })
 }

@@ -5,7 +5,7 @@ import { loadKinds, type KindsModule } from './kinds.js'
 import { COMMON_FLAGS, databaseOf, loggerFor, openRunner, type CliContext } from './runtime.js'
 import { firstSignal } from './signals.js'
 import { readTokens } from './tokens.js'
-import { EXIT, HELP, intFlag, parse, UsageError } from './usage.js'
+import { durationFlag, EXIT, HELP, intFlag, parse, UsageError } from './usage.js'
 
 /**
  * `jobtable serve` and `jobtable worker`: the API and workers together, or
@@ -20,6 +20,7 @@ export async function serve(ctx: CliContext, mode: 'serve' | 'worker'): Promise<
     kinds: { type: 'string', short: 'k' },
     workers: { type: 'string', short: 'w' },
     'stop-timeout': { type: 'string' },
+    retention: { type: 'string' },
     ...(mode === 'serve'
       ? {
           host: { type: 'string' },
@@ -42,6 +43,8 @@ export async function serve(ctx: CliContext, mode: 'serve' | 'worker'): Promise<
   const port = intFlag('port', str('port'), 8080, 0, 65535)
   const maxConnections = intFlag('max-connections', str('max-connections'), 1_024, 1, 100_000)
   const stopTimeoutMs = intFlag('stop-timeout', str('stop-timeout'), 20_000, 0, 3_600_000)
+  const retentionFlag = str('retention')
+  const retention = retentionFlag === undefined ? undefined : retentionFlag === 'off' ? false : { maxAgeMs: durationFlag('retention', retentionFlag) }
   const kindsPath = str('kinds')
   if (kindsPath === undefined && workers > 0) {
     throw new UsageError('--kinds is required: a worker without handlers has no kinds to claim')
@@ -64,7 +67,7 @@ export async function serve(ctx: CliContext, mode: 'serve' | 'worker'): Promise<
   const signals = firstSignal((signal) => logger.warn({ signal }, 'second signal: exiting at once'))
   // Nothing here keeps the process alive: a started runner does so itself
   // until it stops, and without workers the HTTP server does.
-  const runner = await openRunner(database, workers, logger)
+  const runner = await openRunner(database, workers, logger, retention === undefined ? {} : { retention })
   let listening: Listening | undefined
   let api: Api | undefined
   try {

@@ -22,7 +22,7 @@ export class CliFailure extends Error {
 
 /** The flags and positionals parse() found; every command also has --help. */
 export interface Parsed<O> {
-  readonly values: { readonly [K in keyof O]?: O[K] extends { type: 'boolean' } ? boolean : string } & { readonly help?: boolean }
+  readonly values: { readonly [K in keyof O]?: O[K] extends { type: 'boolean' } ? boolean : O[K] extends { multiple: true } ? string[] : string } & { readonly help?: boolean }
   readonly positionals: string[]
 }
 
@@ -43,10 +43,29 @@ export function intFlag(name: string, value: string | undefined, fallback: numbe
   return n
 }
 
+/** Milliseconds per unit of a duration flag. */
+const UNITS = { ms: 1, s: 1_000, m: 60_000, h: 3_600_000, d: 86_400_000, w: 604_800_000 } as const
+
+/**
+ * A duration flag such as `7d`, `36h`, `90m`, `30s` or `500ms`: a whole
+ * number and one unit (ms, s, m, h, d, w), in milliseconds. Anything else,
+ * or a duration too long to count in milliseconds exactly, is a usage error.
+ */
+export function durationFlag(name: string, value: string): number {
+  const m = /^(\d+)(ms|s|m|h|d|w)$/.exec(value)
+  const ms = m ? Number(m[1]) * UNITS[m[2] as keyof typeof UNITS] : NaN
+  if (!Number.isSafeInteger(ms)) throw new UsageError(`--${name} must be a whole number and a unit, such as 7d, 36h, 90m, 30s or 500ms`)
+  return ms
+}
+
 const DATABASE = `  -d, --database <path|url>  SQLite file or postgres:// URL (env JOBTABLE_DATABASE; default ./jobtable.db)`
 const STOP = `      --stop-timeout <ms>    how long a stop waits for running jobs (default 20000); jobs
                              still running then stay running for the next start to fail as
                              interrupted, and the process still exits 0`
+const RETENTION = `      --retention <d|off>    how long finished jobs are kept before this process deletes them,
+                             such as 30d (default 7d); off: this process never deletes any
+                             (every process on the database prunes by its own setting)
+`
 const LOG = `      --log-level <level>    debug, info, warn or error (default info); logs go to stderr,
                              readable in a terminal, JSON lines otherwise`
 
@@ -62,6 +81,7 @@ Commands:
   migrate   create or upgrade the job tables, then exit
   jobs      list or show jobs (jobs list, jobs show <id>)
   kinds     pause or resume a kind everywhere (kinds pause <kind>, kinds resume <kind>, kinds paused)
+  prune     delete finished jobs older than a duration (prune --older-than 7d)
 
 Run jobtable <command> --help for a command's options.
 
@@ -88,7 +108,7 @@ ${DATABASE}
       --max-connections <n>  connections held at once (default 1024)
       --demo                 also run the kinds module's demo(runner, { url }) export
 ${STOP}
-${LOG}
+${RETENTION}${LOG}
   -h, --help                 this help
 `,
   worker: `Usage: jobtable worker --kinds <module> [options]
@@ -103,7 +123,7 @@ ${DATABASE}
   -k, --kinds <module>       module exporting registerKinds(runner) (required)
   -w, --workers <n>          concurrent jobs (default 4)
 ${STOP}
-${LOG}
+${RETENTION}${LOG}
   -h, --help                 this help
 `,
   migrate: `Usage: jobtable migrate [options]
@@ -142,6 +162,24 @@ the paused kinds, as JSON on stdout.
 
 Options:
 ${DATABASE}
+${LOG}
+  -h, --help                 this help
+`,
+  prune: `Usage: jobtable prune --older-than <duration> [options]
+
+Deletes the jobs that finished (succeeded, failed or cancelled) longer ago
+than the duration, in batches of 1,000 that never hold up the workers
+running beside it; prints {"deleted": n} as JSON on stdout. A scheduled,
+queued or running job is never deleted. Started runners do the same every
+minute by their own retention (7 days unless configured).
+
+Options:
+${DATABASE}
+      --older-than <d>       required: a whole number and a unit (ms, s, m, h, d, w),
+                             such as 7d, 36h or 90m; 0s deletes every finished job
+      --status <status>      only jobs in this status: succeeded, failed or cancelled
+                             (repeat for several; default all three)
+      --kind <kind>          only jobs of this kind (repeat for several; default every kind)
 ${LOG}
   -h, --help                 this help
 `,

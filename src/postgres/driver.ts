@@ -17,6 +17,7 @@ import type {
 } from '../driver.js'
 import { hasUniqueKey } from '../driver.js'
 import { ConfigError, DatabaseError, JobtableError } from '../errors.js'
+import type { TerminalStatus } from '../job.js'
 import { checkKeys } from '../options.js'
 import { type AbortLike, Deadlines } from './deadlines.js'
 import { NotificationListener } from './listener.js'
@@ -322,6 +323,14 @@ export class PostgresDriver implements Driver<PgQueryable, false> {
 
   async jobCancelRequested({ runnerId }: { runnerId: string }): Promise<string[]> {
     return (await this.#query<{ id: string }>('read cancel requests', this.#q.cancelRequested, [runnerId])).rows.map((r) => r.id)
+  }
+
+  async jobPrune({ kind, statuses, finishedBefore, limit }: { kind: string; statuses: readonly TerminalStatus[]; finishedBefore: number; limit: number }): Promise<number> {
+    return (await this.#query('prune jobs', this.#q.pruneJobs, [kind, statuses, finishedBefore, limit])).rowCount ?? 0
+  }
+
+  async kindsFinished(): Promise<string[]> {
+    return (await this.#query<{ kind: string }>('read finished kinds', this.#q.finishedKinds, [])).rows.map((r) => r.kind)
   }
 
   async kindPause({ kind, now }: { kind: string; now: number }): Promise<boolean> {

@@ -247,6 +247,13 @@ export const MIGRATIONS: readonly Migration[] = [
       -- SQLite migration of the same number). The forward-only upsert on
       -- the primary key serializes concurrent processes on the row.
       CREATE TABLE ${s}.schedules (name text PRIMARY KEY, last_tick_at bigint NOT NULL, updated_at bigint NOT NULL);
+      -- Retention: terminal jobs by kind, status and finish time, for the
+      -- pruner (see the SQLite migration of the same number). Building it
+      -- holds writes to the table until it is done; IF NOT EXISTS lets an
+      -- operator build it first with CREATE INDEX CONCURRENTLY, under the
+      -- same name and definition (docs/postgres.md).
+      CREATE INDEX IF NOT EXISTS jobs_terminal ON ${s}.jobs (kind, status, finished_at)
+        WHERE status IN ('succeeded', 'failed', 'cancelled');
     `,
   },
 ]

@@ -15,6 +15,9 @@ export const NOTIFY_CHANNEL = 'jobtable_jobs'
 /** The columns a job is read with (run_at as a number: bigint would come back as a string). */
 const JOB_COLUMNS = `id, kind, status, result::text AS result, error, attempt, max_attempts AS "maxAttempts", priority, run_at::float8 AS "runAt"`
 
+/** The statuses a job ends in, as the partial index jobs_terminal names them: a query repeats them word for word to use it. */
+const TERMINAL = `status IN ('succeeded', 'failed', 'cancelled')`
+
 /** The statements of one schema. */
 export type Queries = ReturnType<typeof queries>
 
@@ -293,6 +296,34 @@ export function queries(s: string) {
 
     /** The earliest due time of a scheduled job (from the index jobs_scheduled). */
     nextDue: `SELECT min(run_at) AS due FROM ${s}.jobs WHERE status = 'scheduled'`,
+
+    /**
+     * The kinds of terminal jobs, each once, jumping from one kind to the
+     * next in the index jobs_terminal (kind first), as unservedKinds does.
+     */
+    finishedKinds: `
+      WITH RECURSIVE finished(kind) AS (
+        (SELECT kind FROM ${s}.jobs WHERE ${TERMINAL} ORDER BY kind LIMIT 1)
+        UNION ALL
+        SELECT (SELECT j.kind FROM ${s}.jobs j WHERE j.${TERMINAL} AND j.kind > f.kind ORDER BY j.kind LIMIT 1)
+          FROM finished f WHERE f.kind IS NOT NULL
+      )
+      SELECT kind FROM finished WHERE kind IS NOT NULL`,
+
+    /**
+     * Deletes up to $4 terminal jobs of kind $1 in statuses $2 finished
+     * before $3: a range of the index jobs_terminal (kind, status,
+     * finished_at) per status, never a live row. SKIP LOCKED: pruners in
+     * several processes delete disjoint rows, without waiting for each
+     * other.
+     */
+    pruneJobs: `
+      WITH doomed AS (
+        SELECT seq FROM ${s}.jobs
+         WHERE kind = $1 AND ${TERMINAL} AND status = ANY($2::text[]) AND finished_at < $3
+         LIMIT $4 FOR UPDATE SKIP LOCKED
+      )
+      DELETE FROM ${s}.jobs AS j USING doomed WHERE j.seq = doomed.seq`,
 
     getJob: `SELECT ${JOB_COLUMNS} FROM ${s}.jobs WHERE id = $1`,
 

@@ -14,10 +14,13 @@ import type { JobSpec } from './batch.js'
 import { type EnqueueOptions, Enqueuer, type Kind, placementOf, type TxOf, type TxResult, type UniqueEnqueue } from './enqueue.js'
 import { Liveness, retryTransient } from './liveness.js'
 import { Maintenance } from './maintenance/index.js'
+import { pruneJobs } from './maintenance/retention.js'
+import { type PruneOptions, pruneRules, type RetentionConfig, retentionConfig, type RetentionOptions } from './retention-rules.js'
 import { Producer } from './producer.js'
 
 export type { JobSpec } from './batch.js'
 export type { EnqueueOptions, Kind, TxOf, TxResult, UniqueEnqueue } from './enqueue.js'
+export type { KindRetention, PruneOptions, RetentionAge, RetentionByStatus, RetentionOptions } from './retention-rules.js'
 export { claimErrorChannel, jobEndChannel, jobPublishChannel, jobStartChannel } from './producer.js'
 
 /** Options of a Runner. Each default is given beside its field; unknown keys are refused (ConfigError). */
@@ -58,9 +61,20 @@ export interface RunnerOptions<D extends Driver> {
    * stays taken until the handler returns. Default 1000 ms.
    */
   readonly timeoutGraceMs?: number
+  /**
+   * How long terminal jobs (succeeded, failed, cancelled) are kept once
+   * finished: the started runner deletes older ones at start and every
+   * minute, in batches that never hold up claims. Per status and per kind
+   * if asked: `{ maxAgeMs, byStatus: { failed }, byKind: { 'mail.send':
+   * { maxAgeMs } } }` (see RetentionOptions). `false`: this process never
+   * prunes. Default: 7 days for every terminal job. A setting of the
+   * whole deployment: every started runner on the database prunes by its
+   * own, so the shortest age among them holds.
+   */
+  readonly retention?: RetentionOptions | false
 }
 
-const RUNNER_KEYS = ['driver', 'workers', 'logger', 'clock', 'stopTimeoutMs', 'unknownKindGraceMs', 'onFatal', 'timeoutGraceMs'] as const
+const RUNNER_KEYS = ['driver', 'workers', 'logger', 'clock', 'stopTimeoutMs', 'unknownKindGraceMs', 'onFatal', 'timeoutGraceMs', 'retention'] as const
 
 /** Options of `runner.stop`. */
 export interface StopOptions {
@@ -121,6 +135,8 @@ export class Runner<D extends Driver = Driver> {
   readonly #unknownKindGraceMs: number
   readonly #onFatal: ((error: unknown) => void) | undefined
   readonly #timeoutGraceMs: number
+  /** What this runner's maintenance prunes, and how often; null for `retention: false`. */
+  readonly #retention: RetentionConfig | null
   readonly #kinds = new Map<string, RegisteredKind>()
   readonly #schedules = new Map<string, Schedule>()
   /** Checks of schedules' payloads that validate asynchronously: start() awaits them. */
@@ -143,7 +159,7 @@ export class Runner<D extends Driver = Driver> {
   constructor(options: RunnerOptions<D>) {
     if (options === null || typeof options !== 'object') throw new ConfigError('options are required')
     optionsObject(options, RUNNER_KEYS, 'Runner options')
-    const { driver, workers = 10, logger, clock = Date.now, stopTimeoutMs = 20_000, unknownKindGraceMs = 3_600_000, onFatal, timeoutGraceMs = 1_000 } = options
+    const { driver, workers = 10, logger, clock = Date.now, stopTimeoutMs = 20_000, unknownKindGraceMs = 3_600_000, onFatal, timeoutGraceMs = 1_000, retention } = options
     if (driver === null || typeof driver !== 'object' || typeof driver.jobClaim !== 'function') {
       throw new ConfigError('a driver is required, e.g. sqlite({ path }) from jobtable/sqlite')
     }
@@ -158,6 +174,7 @@ export class Runner<D extends Driver = Driver> {
     checkMs('unknownKindGraceMs', unknownKindGraceMs)
     checkMs('timeoutGraceMs', timeoutGraceMs)
     if (onFatal !== undefined && typeof onFatal !== 'function') throw new ConfigError('onFatal must be a function')
+    this.#retention = retentionConfig(retention)
     this.#driver = driver
     this.#workers = workers
     this.#logger = logger ?? defaultLogger()
@@ -344,6 +361,7 @@ export class Runner<D extends Driver = Driver> {
       runnerId: this.id,
       gate: this.#gate,
       unknownKindGraceMs: this.#unknownKindGraceMs,
+      retention: this.#retention,
       logger: this.#logger,
       clock: this.#clock,
       wake: () => this.#producer?.wake(),
@@ -489,6 +507,21 @@ export class Runner<D extends Driver = Driver> {
   /** The paused kinds, by name, with when each was paused (epoch ms, the clock of the runner that paused it). */
   async paused(): Promise<{ kind: string; pausedAt: number }[]> {
     return this.#driver.kindsPaused()
+  }
+
+  /**
+   * Deletes terminal jobs now, in the batches the runner's maintenance
+   * uses, and resolves to how many: without options, those the runner's
+   * `retention` makes due (rejecting with InvalidArgumentError under
+   * `retention: false`); with `{ olderThanMs, statuses?, kinds? }`, those
+   * that finished more than `olderThanMs` ago, by the runner's clock. A
+   * job that is not terminal is never deleted. The runner need not be
+   * started; nothing else need be registered.
+   */
+  async prune(options?: PruneOptions): Promise<number> {
+    const rules = options === undefined ? this.#retention?.rules : pruneRules(options)
+    if (rules === undefined) throw new InvalidArgumentError('prune: this runner has retention: false; pass { olderThanMs } to say what to delete')
+    return pruneJobs(this.#driver, rules, this.#clock)
   }
 
   /**

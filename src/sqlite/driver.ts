@@ -16,6 +16,7 @@ import type {
 } from '../driver.js'
 import { hasUniqueKey } from '../driver.js'
 import { ConfigError, DatabaseError } from '../errors.js'
+import type { TerminalStatus } from '../job.js'
 import { checkKeys } from '../options.js'
 import type { SqliteDatabase } from './database.js'
 import { migrate } from './migrations.js'
@@ -122,6 +123,8 @@ export class SqliteDriver implements Driver<SqliteDatabase, true> {
   readonly #cancel: (id: string, anyScope: number, scope: string | null, now: number) => CancelResult
   readonly #cancelRequested: Database.Statement
   readonly #nextDue: Database.Statement
+  readonly #prune: Database.Statement
+  readonly #finishedKinds: Database.Statement
   readonly #sweep: (gone: readonly string[], runnerId: string, error: string, now: number) => { failed: number; requeued: number }
   readonly #locks: RunnerLocks
   readonly #pollIntervalMs: number
@@ -220,6 +223,8 @@ export class SqliteDriver implements Driver<SqliteDatabase, true> {
     }).immediate
     this.#cancelRequested = this.#writer.prepare(sql.cancelRequested)
     this.#nextDue = this.#reader.prepare(sql.nextDue)
+    this.#prune = this.#writer.prepare(sql.pruneJobs)
+    this.#finishedKinds = this.#reader.prepare(sql.finishedKinds)
     this.#locks = new RunnerLocks(this.#writer.memory ? null : this.#writer.name)
     this.#sweep = this.#writer.transaction((gone: readonly string[], runnerId: string, error: string, now: number) => {
       for (const id of gone) this.#deleteRunner.run({ runnerId: id })
@@ -462,6 +467,14 @@ export class SqliteDriver implements Driver<SqliteDatabase, true> {
 
   async jobPromoteDue({ now, limit }: { now: number; limit: number }): Promise<number> {
     return this.#write('promote due jobs', () => this.#promoteDue.run({ now, limit }).changes)
+  }
+
+  async jobPrune({ kind, statuses, finishedBefore, limit }: { kind: string; statuses: readonly TerminalStatus[]; finishedBefore: number; limit: number }): Promise<number> {
+    return this.#write('prune jobs', () => this.#prune.run({ kind, statuses: JSON.stringify(statuses), before: finishedBefore, limit }).changes)
+  }
+
+  async kindsFinished(): Promise<string[]> {
+    return run('read finished kinds', () => (this.#finishedKinds.all() as { kind: string }[]).map((r) => r.kind))
   }
 
   async kindPause({ kind, now }: { kind: string; now: number }): Promise<boolean> {

@@ -193,6 +193,15 @@ export const MIGRATIONS: readonly { version: number; sql: string }[] = [
         last_tick_at INTEGER NOT NULL,
         updated_at   INTEGER NOT NULL
       ) STRICT;
+      -- Retention: the pruner deletes terminal jobs finished before a
+      -- cutoff, one kind and its statuses at a time (each kind and status
+      -- may keep its jobs for its own age). Terminal rows only, so a prune
+      -- never reads a live job; the kind first, so a kind kept for 90 days
+      -- is never stepped over by the prune of one kept for a day. The
+      -- pruner lists the kinds by jumping from one to the next here.
+      -- IF NOT EXISTS: an operator may have built it ahead of the upgrade.
+      CREATE INDEX IF NOT EXISTS jobtable_jobs_terminal ON jobtable_jobs (kind, status, finished_at)
+        WHERE status IN ('succeeded', 'failed', 'cancelled');
     `,
   },
 ]

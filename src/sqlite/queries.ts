@@ -298,3 +298,29 @@ export const advanceSchedule = `
   RETURNING name`
 
 export const readSchedules = `SELECT name, last_tick_at AS lastTickAt FROM jobtable_schedules WHERE name IN (SELECT value FROM json_each(@names))`
+/** The statuses a job ends in, as the partial index jobtable_jobs_terminal names them: a query repeats them word for word to use it. */
+const TERMINAL = `status IN ('succeeded', 'failed', 'cancelled')`
+
+/**
+ * The kinds of terminal jobs, each once. It jumps from one kind to the
+ * next in the index jobtable_jobs_terminal (kind first), as unservedKinds
+ * does in the queued index, reading one entry per kind.
+ */
+export const finishedKinds = `
+  WITH RECURSIVE finished(kind) AS (
+    SELECT min(kind) FROM jobtable_jobs WHERE ${TERMINAL}
+    UNION ALL
+    SELECT (SELECT min(kind) FROM jobtable_jobs WHERE ${TERMINAL} AND kind > finished.kind) FROM finished WHERE finished.kind IS NOT NULL
+  )
+  SELECT kind FROM finished WHERE kind IS NOT NULL`
+
+/**
+ * Deletes up to @limit terminal jobs of @kind in @statuses (a JSON array)
+ * finished before @before: a range of the index jobtable_jobs_terminal
+ * (kind, status, finished_at) per status, never a live row.
+ */
+export const pruneJobs = `
+  DELETE FROM jobtable_jobs WHERE seq IN (
+    SELECT seq FROM jobtable_jobs
+     WHERE kind = @kind AND ${TERMINAL} AND status IN (SELECT value FROM json_each(@statuses)) AND finished_at < @before
+     LIMIT @limit)`

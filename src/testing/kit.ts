@@ -63,7 +63,12 @@ export interface TestKitOptions<K> {
    * test that opens a second connection or runner on it.
    */
   readonly storage?: 'memory' | 'file'
-  /** Passed to the Runner. Defaults here: one worker (jobs run one at a time, by priority then insertion order), a logger that drops every line, stopTimeoutMs 1000. */
+  /**
+   * Passed to the Runner. Defaults here: one worker (jobs run one at a
+   * time, by priority then insertion order), a logger that drops every
+   * line, stopTimeoutMs 1000, and `retention: false`, so a job the test
+   * drained stays readable however far it moves the clock.
+   */
   readonly runner?: TestKitRunnerOptions
   /** Defaults of every drain of this kit. */
   readonly drain?: DrainOptions
@@ -164,7 +169,7 @@ export interface TestKit<K = undefined> extends AsyncDisposable {
 }
 
 const KIT_KEYS = ['register', 'clock', 'storage', 'runner', 'drain'] as const
-const RUNNER_KEYS = ['workers', 'logger', 'stopTimeoutMs', 'unknownKindGraceMs', 'onFatal', 'timeoutGraceMs'] as const
+const RUNNER_KEYS = ['workers', 'logger', 'stopTimeoutMs', 'unknownKindGraceMs', 'onFatal', 'timeoutGraceMs', 'retention'] as const
 const DRAIN_KEYS = ['maxJobs', 'timeoutMs', 'advance'] as const
 const JOBS_KEYS = ['kind', 'status', 'scope'] as const
 const ENQUEUED_KEYS = ['status', 'scope', 'priority', 'runAt'] as const
@@ -230,7 +235,7 @@ export async function createTestKit<K = undefined>(options?: TestKitOptions<K>):
   try {
     database = new Database(path ?? ':memory:')
     driver = new KitDriver({ database })
-    runner = new Runner<SqliteDriver>({ workers: 1, logger: silent, stopTimeoutMs: 1_000, ...passed, driver, clock: () => clock.now() })
+    runner = new Runner<SqliteDriver>({ workers: 1, logger: silent, stopTimeoutMs: 1_000, retention: false, ...passed, driver, clock: () => clock.now() })
     const kit = new Kit<Awaited<K>>(runner, driver, database, clock, path, dir, defaults)
     try {
       kit.kinds = (await register?.(runner)) as Awaited<K>

@@ -1,11 +1,11 @@
 import { spawn, type ChildProcess } from 'node:child_process'
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs'
+import { existsSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import Database from 'better-sqlite3'
 import { afterEach, beforeEach, describe, expect, it } from 'vitest'
 import { createApi, listen, UnsafeBindError } from 'jobtable/http'
-import { Runner } from 'jobtable'
+import { defineKind, Runner } from 'jobtable'
 import { sqlite } from 'jobtable/sqlite'
 import pg from 'pg'
 import { describeDatabase } from '../../src/cli/database.js'
@@ -324,6 +324,106 @@ describe('jobtable command', () => {
     const none = cli(['kinds', 'paused', '-d', db])
     expect(await none.exit).toBe(0)
     expect(JSON.parse(none.stdout)).toEqual({ paused: [] })
+  })
+
+  it('prune --help; prune and --retention refuse a bad duration or a status that is not terminal with exit 2, deleting nothing', async () => {
+    const help = cli(['prune', '--help'])
+    expect(await help.exit).toBe(0)
+    expect(help.stdout).toContain('Usage: jobtable prune --older-than <duration>')
+    const db = join(dir, 'refused.db')
+    const bad = [
+      ['prune'],
+      ['prune', '--older-than', '7'],
+      ['prune', '--older-than', '7 days'],
+      ['prune', '--older-than', '-1d'],
+      ['prune', '--older-than', '1y'],
+      ['prune', '--older-than', '99999999999999d'],
+      ['prune', '--older-than', '7d', '--status', 'queued'],
+      ['prune', '--older-than', '7d', 'now'],
+      ['worker', '--kinds', KINDS, '--retention', '7 days'],
+      ['serve', '--kinds', KINDS, '--retention', '-1d'],
+    ]
+    await Promise.all(
+      bad.map(async (args) => {
+        const c = cli([...args, '-d', db])
+        expect(await c.exit, args.join(' ')).toBe(2)
+        expect(c.stderr, args.join(' ')).toMatch(/^jobtable: .*\nRun jobtable (prune|worker|serve) --help for usage\.\n$/)
+      }),
+    )
+    // Refused before the database was opened.
+    expect(existsSync(db)).toBe(false)
+  })
+
+  it('prune deletes the finished jobs older than --older-than, by status and kind if asked, prints the count, and never a queued job', async () => {
+    const db = join(dir, 'prune.db')
+    const DAY = 86_400_000
+    // Jobs that ended ten days ago, by a runner whose clock says so; then one that ends now.
+    const past = new Runner({ driver: sqlite({ path: db }), logger: QUIET, clock: () => Date.now() - 10 * DAY, retention: false })
+    const z = (await import('zod')).z
+    const payload = z.strictObject({ n: z.number() })
+    for (const kind of ['echo', 'mail']) past.register(kind, { payload, failures: ['declined'], handler: ({ n }, job) => (n === 1 ? job.fail('declined') : null) })
+    const queued = new Runner({ driver: sqlite({ path: db }), logger: QUIET, clock: () => Date.now() - 10 * DAY })
+    const parked = queued.register(defineKind('parked', { payload }))
+    const waiting = await parked.enqueue({ n: 0 })
+    await past.start()
+    const old = { echoOk: await past.enqueue('echo', { n: 0 }), echoFailed: await past.enqueue('echo', { n: 1 }), mailOk: await past.enqueue('mail', { n: 0 }) }
+    const ended = async (r: Runner, id: string) => {
+      while (!['succeeded', 'failed'].includes((await r.get(id)).status)) await new Promise((resolve) => setTimeout(resolve, 10))
+    }
+    for (const id of Object.values(old)) await ended(past, id)
+    await past.close()
+    await queued.close()
+    const present = new Runner({ driver: sqlite({ path: db }), logger: QUIET, retention: false })
+    present.register('echo', { payload, handler: () => null })
+    await present.start()
+    const young = await present.enqueue('echo', { n: 0 })
+    await ended(present, young)
+    await present.close()
+
+    const prune = async (...args: string[]) => {
+      const c = cli(['prune', '-d', db, ...args])
+      expect(await c.exit, c.stderr).toBe(0)
+      return JSON.parse(c.stdout) as { deleted: number }
+    }
+    expect(await prune('--older-than', '11d')).toEqual({ deleted: 0 })
+    expect(await prune('--older-than', '7d', '--status', 'failed')).toEqual({ deleted: 1 })
+    expect(await prune('--older-than', '7d', '--kind', 'mail', '--kind', 'other')).toEqual({ deleted: 1 })
+    expect(await prune('--older-than', '168h', '--status', 'succeeded', '--status', 'cancelled')).toEqual({ deleted: 1 })
+    const reader = new Runner({ driver: sqlite({ path: db }), logger: QUIET })
+    try {
+      expect((await reader.list()).jobs.map((j) => [j.id, j.status]).sort()).toEqual([[waiting, 'queued'], [young, 'succeeded']].sort())
+      expect(await prune('--older-than', '0s')).toEqual({ deleted: 1 })
+      expect((await reader.list()).jobs.map((j) => j.id)).toEqual([waiting])
+    } finally {
+      await reader.close()
+    }
+  })
+
+  it('worker --retention: the started workers delete the finished jobs older than it, at their start, and log how many', async () => {
+    const db = join(dir, 'retention.db')
+    const DAY = 86_400_000
+    const finishedAgo = async (days: number) => {
+      const r = new Runner({ driver: sqlite({ path: db }), logger: QUIET, clock: () => Date.now() - days * DAY, retention: false })
+      registerKinds(r)
+      await r.start()
+      const id = await r.enqueue('echo', { text: 'x' })
+      await poll(() => r.get(id), (j) => j.status === 'succeeded')
+      await r.close()
+      return id
+    }
+    const old = await finishedAgo(10)
+    const young = await finishedAgo(1)
+    const c = cli(['worker', '--kinds', KINDS, '-d', db, '--retention', '5d', '--log-level', 'info'])
+    const reader = sideRunner(db)
+    try {
+      await pollWhileUp(c, () => reader.list(), (page) => !page.jobs.some((j) => j.id === old))
+      expect((await reader.list()).jobs.map((j) => j.id)).toEqual([young])
+    } finally {
+      await reader.close()
+    }
+    c.proc.kill('SIGTERM')
+    expect(await c.exit).toBe(0)
+    expect(logLines(c).filter((l) => l.msg === 'deleted terminal jobs past their retention').map((l) => l.count)).toEqual([1])
   })
 
   it('fails with exit 1 and one line, without a stack, when the kinds module cannot load', async () => {

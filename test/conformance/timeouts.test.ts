@@ -129,7 +129,8 @@ describeEachBackend('timeouts', (backend) => {
   it('the final write of a job timed out while its handler still runs claims nothing for that taken slot: the job behind it stays queued (attempt 0), and an idle runner beside it runs it', async () => {
     const s = setup({ workers: 1, timeoutGraceMs: 50 })
     const stuck = s.kind('stuck', { timeoutMs: 50 })
-    const beside = h.runner({ workers: 1 })
+    // On the same clock: a runner on the real one would find the first job finished in 1970, and prune it at its start.
+    const beside = h.runner({ workers: 1, clock: () => s.clock.now })
     beside.register('stuck', {
       payload: modePayload,
       timeoutMs: 50,

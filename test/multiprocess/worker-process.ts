@@ -15,6 +15,10 @@
  *   handler records its start, then waits until its `job.signal` aborts
  *   and returns normally (ignoring `ms`).
  * - JT_POLL_MS: the driver's `pollIntervalMs` (default the driver's own).
+ * - JT_RETENTION_MS, JT_RETENTION_INTERVAL_MS: the runner's
+ *   `retention: { maxAgeMs, intervalMs }` (default the runner's own).
+ * - JT_LOG: a file each warning and error is appended to, as a JSON line;
+ *   info lines too with JT_LOG_INFO=1.
  *
  * Each kind of JT_KINDS records its start, then waits `ms` milliseconds.
  * Prints `ready <runner id>` once started; SIGTERM closes the runner.
@@ -40,7 +44,7 @@ const line = (level: string) => (fields: object, message: string) => {
   if (logFile) appendFileSync(logFile, JSON.stringify({ pid: process.pid, level, ...fields, message }) + '\n')
 }
 /** Warnings and errors go to JT_LOG when it is set, to explain a failing test. */
-const logger = { debug() {}, info() {}, warn: line('warn'), error: line('error') }
+const logger = { debug() {}, info: process.env['JT_LOG_INFO'] === '1' ? line('info') : () => {}, warn: line('warn'), error: line('error') }
 
 let driver: Driver
 let record: (jobId: string) => Promise<void>
@@ -112,7 +116,10 @@ if (backend === 'postgres') {
   }
 }
 
-const runner = new Runner({ driver, workers, logger })
+const retention = process.env['JT_RETENTION_MS']
+  ? { retention: { maxAgeMs: Number(process.env['JT_RETENTION_MS']), intervalMs: Number(process.env['JT_RETENTION_INTERVAL_MS'] ?? 60_000) } }
+  : {}
+const runner = new Runner({ driver, workers, logger, ...retention })
 // JT_KINDS: the kinds this process has handlers for (default `ledgered`); a
 // rolling deploy runs processes of an older set beside a newer one.
 // JT_CONCURRENCY: a limit on each of those kinds' running jobs across every process.

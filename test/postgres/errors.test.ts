@@ -52,7 +52,7 @@ describe.skipIf(skip !== undefined)('postgres: errors against the real server', 
     return d
   }
 
-  it('a NUL character in a result, which jsonb refuses, fails the job with internal_error instead of looping', async () => {
+  it('a NUL character in a result, which jsonb refuses, fails the job with internal_error before any write, with no retry loop', async () => {
     const logs = captureLogs()
     const runner = new Runner({ driver: driver(), logger: logs })
     t.closeAfter(runner)
@@ -66,9 +66,9 @@ describe.skipIf(skip !== undefined)('postgres: errors against the real server', 
     const id = await kind.enqueue({ n: 1 })
     await done.ends([id])
     expect(await runner.get(id)).toMatchObject({ id, kind: 'nul', status: 'failed', result: null, error: CODE_INTERNAL })
+    // Refused as not public before it reached the server (as on SQLite, which would have stored it): no write refused with 22P05.
     const refused = logs.lines.filter((l) => l.fields.job_id === id && l.fields.error !== undefined)
-    expect(refused.map((l) => l.fields.error)).toContain('22P05')
-    // One refused write, then the internal_error write: no retry loop.
+    expect(refused.map((l) => l.fields.error)).not.toContain('22P05')
     expect(logs.lines.filter((l) => /retrying/.test(l.message))).toEqual([])
   })
 

@@ -2,7 +2,7 @@ import pg from 'pg'
 import { afterEach, beforeEach, describe, expect, it } from 'vitest'
 import { ConfigError, SchemaVersionError } from 'jobtable'
 import { postgres, SCHEMA_VERSION } from 'jobtable/postgres'
-import { migrateSchema } from '../../src/postgres/migrations.js'
+import { MIGRATIONS, migrateSchema } from '../../src/postgres/migrations.js'
 import { PG_URL, postgresBackend, testSchema } from '../support/backends.js'
 
 const skip = postgresBackend().skip
@@ -74,6 +74,27 @@ describe.skipIf(skip !== undefined)('postgres: schema and migrations', () => {
     expect(runners.rows[0].t).not.toBeNull()
     const kinds = await admin.query(`SELECT column_name FROM information_schema.columns WHERE table_schema = $1 AND table_name = 'runners' AND column_name = 'kinds'`, [schema])
     expect(kinds.rowCount).toBe(1)
+  })
+
+  it('the retention migration takes the index an operator built ahead of it with CREATE INDEX CONCURRENTLY, and prunes the jobs of the version before', async () => {
+    const retention = MIGRATIONS.find((m) => m.sql('"s"').includes('jobs_terminal'))!.version
+    const client = await admin.connect()
+    try {
+      await migrateSchema(client, `"${schema}"`, retention - 1)
+    } finally {
+      client.release()
+    }
+    await admin.query(`INSERT INTO "${schema}".jobs (id, kind, status, payload, created_at, updated_at, finished_at) VALUES ('old', 'echo', 'succeeded', '{}', 1, 1, 1)`)
+    // As docs/postgres.md says to build it without holding writes (outside a transaction).
+    await admin.query(`CREATE INDEX CONCURRENTLY jobs_terminal ON "${schema}".jobs (kind, status, finished_at) WHERE status IN ('succeeded', 'failed', 'cancelled')`)
+    const driver = postgres({ connectionString: PG_URL, schema })
+    try {
+      await driver.migrate()
+      expect(await driver.jobPrune({ kind: 'echo', statuses: ['succeeded'], finishedBefore: 2, limit: 10 })).toBe(1)
+    } finally {
+      await driver.close()
+    }
+    expect((await admin.query(`SELECT max(version) AS v FROM "${schema}".migrations`)).rows[0].v).toBe(SCHEMA_VERSION)
   })
 
   it("works on the application's own pool and leaves it open on close", async () => {

@@ -9,6 +9,7 @@ import { ConfigError, Runner, SchemaVersionError, claimErrorChannel } from 'jobt
 import { SCHEMA_VERSION, migrate, sqlite, type SqliteDriver } from 'jobtable/sqlite'
 import { captureLogs } from '../support/logs.js'
 import { track } from '../support/wait.js'
+import * as sql from '../../src/sqlite/queries.js'
 
 const payload = z.strictObject({ n: z.number() })
 
@@ -167,6 +168,39 @@ describe('sqlite: storage', () => {
     await new Promise((resolve) => child.once('exit', resolve))
     const r = runner()
     for (const id of acknowledged) expect((await r.get(id)).status).toBe('queued')
+  })
+
+  it('a prune reads only the index of terminal jobs, and its pages go to the free list, which later writes reuse; VACUUM returns them to the file system', async () => {
+    const r = runner(sqlite({ path }))
+    const kind = r.register('echo', { payload: z.strictObject({ n: z.number(), text: z.string() }), handler: () => undefined })
+    const done = track(r)
+    const batch = () => kind.enqueueMany(Array.from({ length: 1_000 }, (_, n) => ({ n, text: 'x'.repeat(500) })))
+    const ids = [...(await batch()), ...(await batch()), ...(await batch())]
+    await r.start()
+    await done.ends(ids)
+    const db = new Database(path)
+    cleanup.push(() => db.close())
+    for (const query of [sql.pruneJobs, sql.finishedKinds]) {
+      const plan = (db.prepare(`EXPLAIN QUERY PLAN ${query}`).all({ kind: 'echo', statuses: '["succeeded"]', before: 0, limit: 1 }) as { detail: string }[]).map((p) => p.detail)
+      expect(plan.filter((d) => /jobtable_jobs\b/.test(d) && !/INTEGER PRIMARY KEY/.test(d)).every((d) => d.includes('USING COVERING INDEX jobtable_jobs_terminal')), plan.join('; ')).toBe(true)
+    }
+    const pages = () => ({ free: db.pragma('freelist_count', { simple: true }) as number, total: db.pragma('page_count', { simple: true }) as number })
+    const before = pages()
+    const pruner = new Runner({ driver: sqlite({ path }), logger: captureLogs(), clock: () => Date.now() + 1 })
+    cleanup.push(() => pruner.close())
+    expect(await pruner.prune({ olderThanMs: 0 })).toBe(3_000)
+    const pruned = pages()
+    // The file keeps its size; the deleted rows' pages are free for the next writes.
+    expect(pruned.total).toBe(before.total)
+    expect(pruned.free).toBeGreaterThan(before.free + 100)
+    await r.stop()
+    await batch()
+    expect(pages().free).toBeLessThan(pruned.free)
+    expect(pages().total).toBe(before.total)
+    db.pragma('wal_checkpoint(TRUNCATE)')
+    db.exec('VACUUM')
+    expect(pages().free).toBe(0)
+    expect(pages().total).toBeLessThan(before.total)
   })
 })
 

@@ -25,18 +25,38 @@ export class FaultyDriver {
             if (rule.method === name && rule.shouldFail(call, args)) return Promise.reject(rule.error())
           }
           const hold = this.#holds.get(name)
+          let result: unknown
           if (hold !== undefined) {
             this.#holds.delete(name)
             hold.entered()
-            return hold.until.then(() => (value as (...a: unknown[]) => unknown).apply(target, args))
+            result = hold.until.then(() => (value as (...a: unknown[]) => unknown).apply(target, args))
+          } else result = (value as (...a: unknown[]) => unknown).apply(target, args)
+          const calls = this.#recorded.get(String(prop))
+          if (calls !== undefined) {
+            const call: RecordedCall = { params: args[0] }
+            calls.push(call)
+            void Promise.resolve(result).then((r) => (call.result = r), () => undefined)
           }
-          return (value as (...a: unknown[]) => unknown).apply(target, args)
+          return result
         }
       },
     })
   }
 
   readonly #holds = new Map<string, { until: Promise<void>; entered: () => void }>()
+  readonly #recorded = new Map<string, RecordedCall[]>()
+
+  /**
+   * Records every call of the driver method `method` (by its own name:
+   * jobFinishManyAndClaim apart from jobFinishMany) from now on, each with
+   * its params and, once it has resolved, what it resolved to; returns the
+   * list it fills.
+   */
+  record(method: string): RecordedCall[] {
+    let calls = this.#recorded.get(method)
+    if (calls === undefined) this.#recorded.set(method, (calls = []))
+    return calls
+  }
 
   /**
    * Holds the next call of method until `until` resolves, then makes it for
@@ -65,6 +85,12 @@ export class FaultyDriver {
       active = false
     }
   }
+}
+
+/** One call of a recorded driver method: its params object, and what it resolved to once it has. */
+export interface RecordedCall {
+  readonly params: unknown
+  result?: unknown
 }
 
 export const busy = (): unknown => new DatabaseError('injected', 'SQLITE_BUSY', true)

@@ -281,6 +281,22 @@ describe('testing: drain', () => {
     expect(existsSync(dirname(k.path!))).toBe(false)
   })
 
+  it('retention is off unless the test turns it on: a drained job stays readable however far the clock moves', async () => {
+    const k = await kit({ clock: T0, register: (runner) => echo(runner, []) })
+    const id = await k.kinds.enqueue({ n: 1 })
+    await k.drain()
+    k.clock.advance(365 * 24 * HOUR)
+    await k.drain()
+    expect(k.job(id).status).toBe('succeeded')
+    await expect(k.runner.prune()).rejects.toThrow(/retention: false/)
+    const on = await kit({ clock: T0, runner: { retention: { maxAgeMs: HOUR } }, register: (runner) => echo(runner, []) })
+    await on.kinds.enqueue({ n: 1 })
+    await on.drain()
+    on.clock.advance(HOUR + 1)
+    expect(await on.runner.prune()).toBe(1)
+    expect(on.jobs()).toEqual([])
+  })
+
   it('two kits may share one clock: moving it makes jobs due in both', async () => {
     const clock = createTestClock(T0)
     const [a, b] = [await kit({ clock, register: (r) => echo(r, []) }), await kit({ clock, register: (r) => echo(r, []) })]

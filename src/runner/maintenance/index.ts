@@ -4,6 +4,8 @@ import type { ClaimGate } from '../claim-gate.js'
 import { InterruptedSweep } from './interrupted.js'
 import { CancelWatch } from './cancel-watch.js'
 import { LostClaimRecovery } from './lost-claims.js'
+import type { RetentionConfig } from '../retention-rules.js'
+import { Retention } from './retention.js'
 import { Scheduler } from './scheduler.js'
 import { RecurringJobs } from './recurring.js'
 import type { NewJob } from '../../driver.js'
@@ -14,7 +16,8 @@ import { UnservedKinds } from './unserved-kinds.js'
  * The runner's chores around the claim, independent of the driver: one
  * small service each (the interrupted sweep, lost-claim recovery, the
  * check for kinds no runner handles, the scheduler of due jobs, the
- * recurring jobs' ticks), each with its own timer.
+ * cancellation watch, retention, the recurring jobs' ticks), each with
+ * its own timer.
  */
 export class Maintenance {
   readonly #interrupted: InterruptedSweep
@@ -31,6 +34,8 @@ export class Maintenance {
     runnerId: string
     gate: ClaimGate
     unknownKindGraceMs: number
+    /** What retention deletes and how often; null when this process never prunes. */
+    retention: RetentionConfig | null
     logger: Logger
     clock: () => number
     /** Called when jobs became queued: a worker should look. */
@@ -42,7 +47,7 @@ export class Maintenance {
     schedules: readonly Schedule[]
     prepare: (schedule: Schedule, tick: number) => Promise<NewJob>
   }) {
-    const { driver, runnerId, gate, unknownKindGraceMs, logger, clock, wake, running, cancel, schedules, prepare } = options
+    const { driver, runnerId, gate, unknownKindGraceMs, retention, logger, clock, wake, running, cancel, schedules, prepare } = options
     this.#interrupted = new InterruptedSweep(driver, runnerId, logger, clock)
     this.scheduler = new Scheduler(driver, logger, clock, wake)
     this.cancels = new CancelWatch(driver, runnerId, logger, running, cancel)
@@ -55,6 +60,7 @@ export class Maintenance {
       this.cancels,
       this.recurring,
     ]
+    if (retention !== null) this.#services.push(new Retention(driver, retention.rules, retention.intervalMs, logger, clock))
   }
 
   /** The first sweep, before any claim: its error fails start(). */
