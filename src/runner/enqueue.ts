@@ -7,6 +7,7 @@ import type { ScheduleEnqueueOptions } from '../schedule.js'
 import { encodePayload, encodePayloadSync } from '../payload.js'
 import { isTransient } from './backoff.js'
 import { Batcher, type ItemErrors } from './batcher.js'
+import { enqueued, enqueueFailed, startEnqueue, type EnqueueTrace } from './tracing.js'
 
 /** The handle of a user's own transaction for a driver `D`. */
 export type TxOf<D> = D extends Driver<infer Tx, boolean> ? Tx : never
@@ -62,8 +63,12 @@ interface Placement {
   readonly uniqueKey: string | null
 }
 
-/** A stored job's fields beside its id and payload: from the enqueue's options, and its kind's lifecycle. */
-function fieldsOf(kind: RegisteredKind, placement: Placement): Omit<NewJob, 'id' | 'payload'> {
+/**
+ * A stored job's fields beside its id and payload: from the enqueue's
+ * options, its kind's lifecycle, and the trace context of the enqueue
+ * (see tracing.ts), null outside a trace.
+ */
+function fieldsOf(kind: RegisteredKind, placement: Placement, traceContext: string | null): Omit<NewJob, 'id' | 'payload'> {
   return {
     kind: kind.name,
     scope: placement.scope,
@@ -73,6 +78,7 @@ function fieldsOf(kind: RegisteredKind, placement: Placement): Omit<NewJob, 'id'
     maxAttempts: kind.maxAttempts,
     requeueInterrupted: kind.idempotent,
     uniqueKey: placement.uniqueKey,
+    traceContext,
   }
 }
 
@@ -138,10 +144,22 @@ export class Enqueuer {
     return (await this.enqueueUnique(kind, payload, options)).id
   }
 
-  /** As enqueue, saying whether the job was stored. */
-  async enqueueUnique(kind: RegisteredKind, payload: unknown, options: EnqueueOptions | undefined): Promise<UniqueEnqueue> {
+  /** As enqueue, saying whether the job was stored; traced as one enqueue (see tracing.ts) inside a trace. */
+  enqueueUnique(kind: RegisteredKind, payload: unknown, options: EnqueueOptions | undefined): Promise<UniqueEnqueue> {
+    const traced = startEnqueue(kind.name)
+    if (traced === undefined) return this.#enqueueUnique(kind, payload, options, null)
+    return this.#enqueueUnique(kind, payload, options, traced.carried).then(
+      (stored) => {
+        enqueued(traced, stored.id, stored.created)
+        return stored
+      },
+      (err: unknown) => failed(traced, err),
+    )
+  }
+
+  async #enqueueUnique(kind: RegisteredKind, payload: unknown, options: EnqueueOptions | undefined, traceContext: string | null): Promise<UniqueEnqueue> {
     const placement = placementOf(options, this.#clock)
-    const job: NewJob = { id: newJobId(), payload: await encodePayload(kind.name, kind.schema, payload), ...fieldsOf(kind, placement) }
+    const job: NewJob = { id: newJobId(), payload: await encodePayload(kind.name, kind.schema, payload), ...fieldsOf(kind, placement, traceContext) }
     await this.#inserter.add(job)
     const holder = this.#holders.get(job)
     if (holder !== undefined) return { id: holder, created: false }
@@ -156,7 +174,7 @@ export class Enqueuer {
    */
   async prepare(kind: RegisteredKind, payload: unknown, options: ScheduleEnqueueOptions | undefined, tick: number): Promise<NewJob> {
     const placement = { ...placementOf(options, this.#clock), runAt: tick }
-    return { id: newJobId(), payload: await encodePayload(kind.name, kind.schema, payload), ...fieldsOf(kind, placement) }
+    return { id: newJobId(), payload: await encodePayload(kind.name, kind.schema, payload), ...fieldsOf(kind, placement, null) }
   }
 
   /** After a store: wake a worker, or tell the scheduler when the job is due. */
@@ -176,39 +194,66 @@ export class Enqueuer {
         if (typeof options?.uniqueKey !== 'string') return Promise.reject(new InvalidArgumentError('enqueueUnique: options.uniqueKey is required'))
         return this.enqueueUnique(kind, payload, options)
       },
-      enqueueMany: async (payloads, options) => {
-        const placement = placementOf(options, this.#clock)
-        if (!Array.isArray(payloads)) throw new InvalidArgumentError('enqueueMany: payloads must be an array')
-        // Awaited only where the schema validates asynchronously: a sync one costs no promise per payload.
-        const encoded: (string | Promise<string>)[] = []
-        try {
-          for (const p of payloads) encoded.push(encodePayload(name, schema, p))
-        } catch (err) {
-          // Refused before the asynchronous checks already started were awaited: their refusals are not news.
-          for (const e of encoded) if (typeof e !== 'string') e.catch(() => undefined)
-          throw err
-        }
-        const texts = encoded.every((e) => typeof e === 'string') ? encoded : await Promise.all(encoded)
-        const fields = fieldsOf(kind, placement)
-        const jobs: NewJob[] = texts.map((payload) => ({ id: newJobId(), payload, ...fields }))
-        const holders = await driver.jobInsertMany({ jobs, now: this.#clock() })
-        this.#stored(placement)
-        return idsOf(jobs, holders)
+      enqueueMany: (payloads, options) => {
+        const traced = startEnqueue(name, Array.isArray(payloads) ? payloads.length : undefined)
+        if (traced === undefined) return this.#enqueueMany(kind, payloads, options, null)
+        return this.#enqueueMany(kind, payloads, options, traced.carried).then(
+          (ids) => {
+            enqueued(traced)
+            return ids
+          },
+          (err: unknown) => failed(traced, err),
+        )
       },
       enqueueTx: ((tx: TxOf<D>, payload: In, options?: EnqueueOptions) => {
         // The transaction may yet roll back: the scheduler learns of the job from the database, or from wake().
         const placement = placementOf(options, this.#clock)
-        if (driver.capabilities.txSync) {
-          const job: NewJob = { id: newJobId(), payload: encodePayloadSync(name, schema, payload), ...fieldsOf(kind, placement) }
-          return idsOf([job], driver.jobInsertTx({ tx, jobs: [job], now: this.#clock() }) as InsertResult)[0]!
+        const traced = startEnqueue(name)
+        const make = (text: string): NewJob => ({ id: newJobId(), payload: text, ...fieldsOf(kind, placement, traced?.carried ?? null) })
+        const done = (job: NewJob, holders: InsertResult): string => {
+          const id = idsOf([job], holders)[0]!
+          if (traced !== undefined) enqueued(traced, id, id === job.id)
+          return id
         }
-        return (async () => {
-          const job: NewJob = { id: newJobId(), payload: await encodePayload(name, schema, payload), ...fieldsOf(kind, placement) }
-          return idsOf([job], await driver.jobInsertTx({ tx, jobs: [job], now: this.#clock() }))[0]!
+        if (driver.capabilities.txSync) {
+          try {
+            const job = make(encodePayloadSync(name, schema, payload))
+            return done(job, driver.jobInsertTx({ tx, jobs: [job], now: this.#clock() }) as InsertResult)
+          } catch (err) {
+            if (traced !== undefined) enqueueFailed(traced, err)
+            throw err
+          }
+        }
+        const stored = (async () => {
+          const job = make(await encodePayload(name, schema, payload))
+          return done(job, await driver.jobInsertTx({ tx, jobs: [job], now: this.#clock() }))
         })()
+        return traced === undefined ? stored : stored.catch((err: unknown) => failed(traced, err))
       }) as Kind<In, D>['enqueueTx'],
       wake: () => this.#wakeAll(),
     }
+  }
+
+  /** Validates and stores many jobs of `kind` in one transaction, each with `traceContext`; resolves to their ids in order. */
+  async #enqueueMany(kind: RegisteredKind, payloads: readonly unknown[], options: EnqueueOptions | undefined, traceContext: string | null): Promise<string[]> {
+    const { name, schema } = kind
+    const placement = placementOf(options, this.#clock)
+    if (!Array.isArray(payloads)) throw new InvalidArgumentError('enqueueMany: payloads must be an array')
+    // Awaited only where the schema validates asynchronously: a sync one costs no promise per payload.
+    const encoded: (string | Promise<string>)[] = []
+    try {
+      for (const p of payloads) encoded.push(encodePayload(name, schema, p))
+    } catch (err) {
+      // Refused before the asynchronous checks already started were awaited: their refusals are not news.
+      for (const e of encoded) if (typeof e !== 'string') e.catch(() => undefined)
+      throw err
+    }
+    const texts = encoded.every((e) => typeof e === 'string') ? encoded : await Promise.all(encoded)
+    const fields = fieldsOf(kind, placement, traceContext)
+    const jobs: NewJob[] = texts.map((payload) => ({ id: newJobId(), payload, ...fields }))
+    const holders = await this.#driver.jobInsertMany({ jobs, now: this.#clock() })
+    this.#stored(placement)
+    return idsOf(jobs, holders)
   }
 
   /**
@@ -242,6 +287,12 @@ export class Enqueuer {
       if (holder !== null) this.#holders.set(jobs[i]!, holder)
     })
   }
+}
+
+/** Ends an enqueue's span as failed and rethrows what failed it. */
+function failed(traced: EnqueueTrace, err: unknown): never {
+  enqueueFailed(traced, err)
+  throw err
 }
 
 /** Each job's id, or the id of the live job whose unique key refused it. */
