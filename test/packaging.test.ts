@@ -17,7 +17,7 @@ import { PG_URL, postgresSkipReason, testSchema } from './support/backends.js'
 const REPO = resolve(import.meta.dirname, '..')
 const TSC = join(REPO, 'node_modules/typescript/bin/tsc')
 /** What every user installs with jobtable: its dependencies, and @types/node for a TypeScript user on Node. */
-const RUNTIME = ['@standard-schema/spec', 'hono', '@hono/node-server', 'pino', 'croner', '@types/node']
+const RUNTIME = ['@standard-schema/spec', 'hono', '@hono/node-server', 'pino', 'croner', '@opentelemetry/api', '@types/node']
 
 interface Exit {
   readonly code: number | null

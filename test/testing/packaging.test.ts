@@ -13,7 +13,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 
 const REPO = resolve(import.meta.dirname, '../..')
 const TSC = join(REPO, 'node_modules/typescript/bin/tsc')
-const PACKAGES = ['@standard-schema/spec', 'hono', '@hono/node-server', 'pino', 'croner', '@types/node', 'better-sqlite3', 'zod']
+const PACKAGES = ['@standard-schema/spec', 'hono', '@hono/node-server', 'pino', 'croner', '@opentelemetry/api', '@types/node', 'better-sqlite3', 'zod']
 
 function exec(args: string[], cwd: string): Promise<{ code: number | null; output: string }> {
   return new Promise((resolvePromise, reject) => {
