@@ -340,7 +340,7 @@ async function mixedShaped(producer: pg.Client, worker: pg.Client, schema: strin
       const count = Math.min(4, jobs - inserted)
       const now = Date.now()
       const ids = Array.from({ length: count }, () => newJobId(now))
-      await producer.query(prepared(q.insertJobs, [ids, ids.map(() => 'noop'), ids.map(() => PAYLOAD), ids.map(() => null), now, ids.map(() => 0), ids.map(() => null), ids.map(() => 1), ids.map(() => null), ids.map(() => false)]))
+      await producer.query(prepared(q.insertJobs, [ids, ids.map(() => 'noop'), ids.map(() => PAYLOAD), ids.map(() => null), now, ids.map(() => 0), ids.map(() => null), ids.map(() => 1), ids.map(() => null), ids.map(() => false), ids.map(() => null)]))
       inserted += count
       announce()
     }
@@ -393,7 +393,7 @@ async function insertShaped(client: pg.Client, schema: string, jobs: number, per
     const now = Date.now()
     const ids = new Array<string>(count)
     for (let i = 0; i < count; i++) ids[i] = newJobId(now)
-    await client.query(prepared(q.insertJobs, [ids, ids.map(() => 'noop'), ids.map(() => PAYLOAD), ids.map(() => null), now, ids.map(() => 0), ids.map(() => null), ids.map(() => 1), ids.map(() => null), ids.map(() => false)]))
+    await client.query(prepared(q.insertJobs, [ids, ids.map(() => 'noop'), ids.map(() => PAYLOAD), ids.map(() => null), now, ids.map(() => 0), ids.map(() => null), ids.map(() => 1), ids.map(() => null), ids.map(() => false), ids.map(() => null)]))
     done += count
   }
   return rate(done, t0)

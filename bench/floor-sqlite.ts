@@ -284,14 +284,14 @@ export const ENQUEUE_SHAPES: Readonly<Record<EnqueueShape, number>> = { sequenti
 export function insertShaped(db: Database.Database, n: number, perTx: number): number {
   const insert = db.prepare(sql.insertJob)
   const statements = new Map<number, Database.Statement>()
-  // As the driver writes a batch: statements of up to INSERT_ROWS_MAX rows, thirteen values a row.
+  // As the driver writes a batch: statements of up to INSERT_ROWS_MAX rows, fourteen values a row.
   const many = db.transaction((count: number, now: number) => {
     for (let from = 0; from < count; from += sql.INSERT_ROWS_MAX) {
       const rows = Math.min(sql.INSERT_ROWS_MAX, count - from)
       let statement = statements.get(rows)
       if (statement === undefined) statements.set(rows, (statement = db.prepare(sql.insertJobs(rows))))
       const values: unknown[] = []
-      for (let j = 0; j < rows; j++) values.push(newJobId(now), 'noop', PAYLOAD, null, now, now, 0, null, null, now, 1, null, 0)
+      for (let j = 0; j < rows; j++) values.push(newJobId(now), 'noop', PAYLOAD, null, now, now, 0, null, null, now, 1, null, 0, null)
       statement.run(values)
     }
   }).immediate
@@ -299,7 +299,7 @@ export function insertShaped(db: Database.Database, n: number, perTx: number): n
   for (let i = 0; i < n; i += perTx) {
     const now = Date.now()
     const count = Math.min(perTx, n - i)
-    if (count === 1) insert.run({ id: newJobId(now), kind: 'noop', payload: PAYLOAD, scope: null, now, priority: 0, runAt: null, maxAttempts: 1, timeoutMs: null, requeueInterrupted: 0 })
+    if (count === 1) insert.run({ id: newJobId(now), kind: 'noop', payload: PAYLOAD, scope: null, now, priority: 0, runAt: null, maxAttempts: 1, timeoutMs: null, requeueInterrupted: 0, traceContext: null })
     else many(count, now)
   }
   return n / ((performance.now() - t0) / 1000)

@@ -267,6 +267,12 @@ export interface NewJob {
   readonly requeueInterrupted: boolean
   /** With its kind and scope, the key no other live job may hold (see jobInsertMany); null or absent for none. */
   readonly uniqueKey?: string | null
+  /**
+   * The trace context of the enqueue that made it, as JSON text (the
+   * fields an OpenTelemetry propagator writes, such as `traceparent`),
+   * stored so its runs join that trace; null or absent for none.
+   */
+  readonly traceContext?: string | null
 }
 
 /**
@@ -303,6 +309,8 @@ export interface ClaimedJob {
   readonly maxAttempts: number
   /** Its deadline from this start, or null. */
   readonly timeoutMs: number | null
+  /** The trace context stored with it at its enqueue (see NewJob), or null; absent from a driver that stores none. */
+  readonly traceContext?: string | null
 }
 
 /** The final write of a claimed job. */

@@ -610,12 +610,13 @@ interface ClaimedRow {
   readonly attempt: number
   readonly maxAttempts: number
   readonly timeoutMs: number | null
+  readonly traceContext: string | null
 }
 
 /** Claimed rows as jobs, oldest first: RETURNING gives no order. */
 function toClaimed(rows: readonly ClaimedRow[]): ClaimedJob[] {
   return rows
-    .map((r) => ({ seq: Number(r.seq), id: r.id, kind: r.kind, payload: r.payload, attempt: r.attempt, maxAttempts: r.maxAttempts, timeoutMs: r.timeoutMs }))
+    .map((r) => ({ seq: Number(r.seq), id: r.id, kind: r.kind, payload: r.payload, attempt: r.attempt, maxAttempts: r.maxAttempts, timeoutMs: r.timeoutMs, traceContext: r.traceContext }))
     .sort((a, b) => a.seq - b.seq)
     .map(({ seq: _seq, ...job }) => job)
 }
@@ -643,6 +644,7 @@ function insertValues(jobs: readonly NewJob[], now: number): unknown[] {
     jobs.map((j) => j.maxAttempts),
     jobs.map((j) => j.timeoutMs),
     jobs.map((j) => j.requeueInterrupted),
+    jobs.map((j) => j.traceContext ?? null),
   ]
 }
 

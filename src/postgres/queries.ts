@@ -43,28 +43,28 @@ export function queries(s: string) {
      */
     insertJobs: `
       INSERT INTO ${s}.jobs (id, kind, payload, scope, created_at, updated_at, priority, run_at, status,
-                             max_attempts, timeout_ms, requeue_interrupted)
+                             max_attempts, timeout_ms, requeue_interrupted, trace_context)
       SELECT t.id, t.kind, t.payload, t.scope, $5, $5, t.priority, t.run_at,
              CASE WHEN t.run_at > $5 THEN 'scheduled' ELSE 'queued' END,
-             t.max_attempts, t.timeout_ms, t.requeue
-        FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $6::int[], $7::bigint[], $8::int[], $9::int[], $10::boolean[])
-             WITH ORDINALITY AS t(id, kind, payload, scope, priority, run_at, max_attempts, timeout_ms, requeue, ord)
+             t.max_attempts, t.timeout_ms, t.requeue, t.trace_context
+        FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $6::int[], $7::bigint[], $8::int[], $9::int[], $10::boolean[], $11::text[])
+             WITH ORDINALITY AS t(id, kind, payload, scope, priority, run_at, max_attempts, timeout_ms, requeue, trace_context, ord)
        ORDER BY t.ord`,
 
     /**
-     * insertJobs for a batch with unique keys ($11, null for a job without
+     * insertJobs for a batch with unique keys ($12, null for a job without
      * one): a job whose kind, scope and key a live job holds (the unique
      * index jobs_unique) is not stored. Returns the ids stored. A conflict
      * with a transaction still in flight waits for it to end.
      */
     insertUniqueJobs: `
       INSERT INTO ${s}.jobs (id, kind, payload, scope, created_at, updated_at, priority, run_at, status,
-                             max_attempts, timeout_ms, requeue_interrupted, unique_key)
+                             max_attempts, timeout_ms, requeue_interrupted, trace_context, unique_key)
       SELECT t.id, t.kind, t.payload, t.scope, $5, $5, t.priority, t.run_at,
              CASE WHEN t.run_at > $5 THEN 'scheduled' ELSE 'queued' END,
-             t.max_attempts, t.timeout_ms, t.requeue, t.unique_key
-        FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $6::int[], $7::bigint[], $8::int[], $9::int[], $10::boolean[], $11::text[])
-             WITH ORDINALITY AS t(id, kind, payload, scope, priority, run_at, max_attempts, timeout_ms, requeue, unique_key, ord)
+             t.max_attempts, t.timeout_ms, t.requeue, t.trace_context, t.unique_key
+        FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $6::int[], $7::bigint[], $8::int[], $9::int[], $10::boolean[], $11::text[], $12::text[])
+             WITH ORDINALITY AS t(id, kind, payload, scope, priority, run_at, max_attempts, timeout_ms, requeue, trace_context, unique_key, ord)
        ORDER BY t.ord
       ON CONFLICT DO NOTHING
       RETURNING id`,
@@ -98,7 +98,7 @@ export function queries(s: string) {
 
     /**
      * One statement claims jobs for every idle worker: the function
-     * claim_jobs (migration 8), given the runner's kinds ($1) with each
+     * claim_jobs (migration 12), given the runner's kinds ($1) with each
      * one's concurrency ($2) and scopeConcurrency ($3), null for none. It
      * reads the head of each kind's queue in the partial index jobs_queued
      * (kind, priority DESC, seq; queued rows only, so millions of finished
@@ -119,7 +119,7 @@ export function queries(s: string) {
      */
     claimJobs: `
       SELECT c_seq AS seq, c_id AS id, c_kind AS kind, c_payload AS payload, c_attempt AS attempt,
-             c_max_attempts AS "maxAttempts", c_timeout_ms AS "timeoutMs"
+             c_max_attempts AS "maxAttempts", c_timeout_ms AS "timeoutMs", c_trace_context AS "traceContext"
         FROM ${s}.claim_jobs($1::text[], $2::integer[], $3::integer[], $4::integer, $5::text, $6::bigint)`,
 
     /**
@@ -202,9 +202,9 @@ export function queries(s: string) {
       WITH finished AS (${finishedPart(s)}
       )
       SELECT 'f' AS part, NULL::bigint AS seq, id, NULL AS kind, NULL AS payload, NULL::integer AS attempt,
-             NULL::integer AS "maxAttempts", NULL::integer AS "timeoutMs" FROM finished
+             NULL::integer AS "maxAttempts", NULL::integer AS "timeoutMs", NULL::text AS "traceContext" FROM finished
       UNION ALL
-      SELECT 'c', c_seq, c_id, c_kind, c_payload, c_attempt, c_max_attempts, c_timeout_ms
+      SELECT 'c', c_seq, c_id, c_kind, c_payload, c_attempt, c_max_attempts, c_timeout_ms, c_trace_context
         FROM ${s}.claim_jobs($9::text[], $10::integer[], $11::integer[], $7::integer, $8::text, $6::bigint)`,
 
     /**

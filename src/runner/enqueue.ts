@@ -8,6 +8,7 @@ import { encodePayload, encodePayloadSync } from '../payload.js'
 import { isTransient } from './backoff.js'
 import { encodeBatch, type JobSpec, Spec } from './batch.js'
 import { Batcher, type ItemErrors } from './batcher.js'
+import { enqueued, enqueueFailed, startEnqueue, type EnqueueTrace } from './tracing.js'
 
 /** The handle of a user's own transaction for a driver `D`. */
 export type TxOf<D> = D extends Driver<infer Tx, boolean> ? Tx : never
@@ -63,8 +64,12 @@ interface Placement {
   readonly uniqueKey: string | null
 }
 
-/** A stored job's fields beside its id and payload: from the enqueue's options, and its kind's lifecycle. */
-function fieldsOf(kind: RegisteredKind, placement: Placement): Omit<NewJob, 'id' | 'payload'> {
+/**
+ * A stored job's fields beside its id and payload: from the enqueue's
+ * options, its kind's lifecycle, and the trace context of the enqueue
+ * (see tracing.ts), null outside a trace.
+ */
+function fieldsOf(kind: RegisteredKind, placement: Placement, traceContext: string | null): Omit<NewJob, 'id' | 'payload'> {
   return {
     kind: kind.name,
     scope: placement.scope,
@@ -74,6 +79,7 @@ function fieldsOf(kind: RegisteredKind, placement: Placement): Omit<NewJob, 'id'
     maxAttempts: kind.maxAttempts,
     requeueInterrupted: kind.idempotent,
     uniqueKey: placement.uniqueKey,
+    traceContext,
   }
 }
 
@@ -151,10 +157,22 @@ export class Enqueuer {
     return (await this.enqueueUnique(kind, payload, options)).id
   }
 
-  /** As enqueue, saying whether the job was stored. */
-  async enqueueUnique(kind: RegisteredKind, payload: unknown, options: EnqueueOptions | undefined): Promise<UniqueEnqueue> {
+  /** As enqueue, saying whether the job was stored; traced as one enqueue (see tracing.ts) inside a trace. */
+  enqueueUnique(kind: RegisteredKind, payload: unknown, options: EnqueueOptions | undefined): Promise<UniqueEnqueue> {
+    const traced = startEnqueue(kind.name)
+    if (traced === undefined) return this.#enqueueUnique(kind, payload, options, null)
+    return this.#enqueueUnique(kind, payload, options, traced.carried).then(
+      (stored) => {
+        enqueued(traced, stored.id, stored.created)
+        return stored
+      },
+      (err: unknown) => failed(traced, err),
+    )
+  }
+
+  async #enqueueUnique(kind: RegisteredKind, payload: unknown, options: EnqueueOptions | undefined, traceContext: string | null): Promise<UniqueEnqueue> {
     const placement = placementOf(options, this.#clock)
-    const job: NewJob = { id: newJobId(), payload: await encodePayload(kind.name, kind.schema, payload), ...fieldsOf(kind, placement) }
+    const job: NewJob = { id: newJobId(), payload: await encodePayload(kind.name, kind.schema, payload), ...fieldsOf(kind, placement, traceContext) }
     await this.#inserter.add(job)
     const holder = this.#holders.get(job)
     if (holder !== undefined) return { id: holder, created: false }
@@ -169,7 +187,7 @@ export class Enqueuer {
    */
   async prepare(kind: RegisteredKind, payload: unknown, options: ScheduleEnqueueOptions | undefined, tick: number): Promise<NewJob> {
     const placement = { ...placementOf(options, this.#clock), runAt: tick }
-    return { id: newJobId(), payload: await encodePayload(kind.name, kind.schema, payload), ...fieldsOf(kind, placement) }
+    return { id: newJobId(), payload: await encodePayload(kind.name, kind.schema, payload), ...fieldsOf(kind, placement, null) }
   }
 
   /** After a store: wake a worker, or tell the scheduler when the job is due. */
@@ -189,15 +207,16 @@ export class Enqueuer {
         if (typeof options?.uniqueKey !== 'string') return Promise.reject(new InvalidArgumentError('enqueueUnique: options.uniqueKey is required'))
         return this.enqueueUnique(kind, payload, options)
       },
-      enqueueMany: async (payloads, options) => {
-        const placement = placementOf(options, this.#clock)
-        // Awaited only where the schema validates asynchronously: a sync one costs no promise per payload.
-        const encoded = this.#sharedJobs('enqueueMany', kind, placement, payloads, false)
-        const jobs = Array.isArray(encoded) ? encoded : await encoded
-        if (jobs.length === 0) return []
-        const holders = await driver.jobInsertMany({ jobs, now: this.#clock() })
-        this.#stored(placement)
-        return idsOf(jobs, holders)
+      enqueueMany: (payloads, options) => {
+        const traced = startEnqueue(name, Array.isArray(payloads) ? payloads.length : undefined)
+        if (traced === undefined) return this.#enqueueMany(kind, payloads, options, null)
+        return this.#enqueueMany(kind, payloads, options, traced.carried).then(
+          (ids) => {
+            enqueued(traced)
+            return ids
+          },
+          (err: unknown) => failed(traced, err),
+        )
       },
       job: (payload, options) => new Spec(this, kind, payload, options),
       enqueueManyTx: ((tx: TxOf<D>, payloads: readonly In[], options?: EnqueueOptions) => {
@@ -213,17 +232,42 @@ export class Enqueuer {
       enqueueTx: ((tx: TxOf<D>, payload: In, options?: EnqueueOptions) => {
         // The transaction may yet roll back: the scheduler learns of the job from the database, or from wake().
         const placement = placementOf(options, this.#clock)
-        if (driver.capabilities.txSync) {
-          const job: NewJob = { id: newJobId(), payload: encodePayloadSync(name, schema, payload), ...fieldsOf(kind, placement) }
-          return idsOf([job], driver.jobInsertTx({ tx, jobs: [job], now: this.#clock() }) as InsertResult)[0]!
+        const traced = startEnqueue(name)
+        const make = (text: string): NewJob => ({ id: newJobId(), payload: text, ...fieldsOf(kind, placement, traced?.carried ?? null) })
+        const done = (job: NewJob, holders: InsertResult): string => {
+          const id = idsOf([job], holders)[0]!
+          if (traced !== undefined) enqueued(traced, id, id === job.id)
+          return id
         }
-        return (async () => {
-          const job: NewJob = { id: newJobId(), payload: await encodePayload(name, schema, payload), ...fieldsOf(kind, placement) }
-          return idsOf([job], await driver.jobInsertTx({ tx, jobs: [job], now: this.#clock() }))[0]!
+        if (driver.capabilities.txSync) {
+          try {
+            const job = make(encodePayloadSync(name, schema, payload))
+            return done(job, driver.jobInsertTx({ tx, jobs: [job], now: this.#clock() }) as InsertResult)
+          } catch (err) {
+            if (traced !== undefined) enqueueFailed(traced, err)
+            throw err
+          }
+        }
+        const stored = (async () => {
+          const job = make(await encodePayload(name, schema, payload))
+          return done(job, await driver.jobInsertTx({ tx, jobs: [job], now: this.#clock() }))
         })()
+        return traced === undefined ? stored : stored.catch((err: unknown) => failed(traced, err))
       }) as Kind<In, D>['enqueueTx'],
       wake: () => this.#wakeAll(),
     }
+  }
+
+  /** Validates and stores many jobs of `kind` in one transaction, each with `traceContext`; resolves to their ids in order. */
+  async #enqueueMany(kind: RegisteredKind, payloads: readonly unknown[], options: EnqueueOptions | undefined, traceContext: string | null): Promise<string[]> {
+    const placement = placementOf(options, this.#clock)
+    // Awaited only where the schema validates asynchronously: a sync one costs no promise per payload.
+    const encoded = this.#sharedJobs('enqueueMany', kind, placement, payloads, false, traceContext)
+    const jobs = Array.isArray(encoded) ? encoded : await encoded
+    if (jobs.length === 0) return []
+    const holders = await this.#driver.jobInsertMany({ jobs, now: this.#clock() })
+    this.#stored(placement)
+    return idsOf(jobs, holders)
   }
 
   /**
@@ -269,11 +313,11 @@ export class Enqueuer {
   }
 
   /** The jobs of a batch sharing one kind and placement, every payload validated first (`sync`: a schema must not be asynchronous). */
-  #sharedJobs(call: string, kind: RegisteredKind, placement: Placement, payloads: unknown, sync: boolean): NewJob[] | Promise<NewJob[]> {
+  #sharedJobs(call: string, kind: RegisteredKind, placement: Placement, payloads: unknown, sync: boolean, traceContext: string | null = null): NewJob[] | Promise<NewJob[]> {
     if (!Array.isArray(payloads)) throw new InvalidArgumentError(`${call}: payloads must be an array`)
     const { name, schema } = kind
     const texts = encodeBatch(call, payloads.length, sync ? (i) => encodePayloadSync(name, schema, payloads[i]) : (i) => encodePayload(name, schema, payloads[i]))
-    const fields = fieldsOf(kind, placement)
+    const fields = fieldsOf(kind, placement, traceContext)
     const build = (texts: string[]): NewJob[] => texts.map((payload) => ({ id: newJobId(), payload, ...fields }))
     return Array.isArray(texts) ? build(texts) : texts.then(build)
   }
@@ -290,7 +334,7 @@ export class Enqueuer {
       // Another runner's kind may be registered here with other settings, or not at all, and its runner may use another database.
       if (job === undefined) throw new InvalidArgumentError(`${where}: made by another runner's handle of ${JSON.stringify(spec.kind)}; use this runner's`)
       const { kind, payload, options } = job
-      fields[i] = fieldsOf(kind, placementOf(options, this.#clock, where))
+      fields[i] = fieldsOf(kind, placementOf(options, this.#clock, where), null)
       return sync ? encodePayloadSync(kind.name, kind.schema, payload) : encodePayload(kind.name, kind.schema, payload)
     })
     const build = (texts: string[]): NewJob[] => texts.map((payload, i) => ({ id: newJobId(), payload, ...fields[i]! }))
@@ -336,6 +380,12 @@ function outcomesOf(jobs: readonly NewJob[], holders: InsertResult): UniqueEnque
     const holder = holders === undefined ? null : (holders[i] ?? null)
     return holder === null ? { id: job.id, created: true } : { id: holder, created: false }
   })
+}
+
+/** Ends an enqueue's span as failed and rethrows what failed it. */
+function failed(traced: EnqueueTrace, err: unknown): never {
+  enqueueFailed(traced, err)
+  throw err
 }
 
 /** Each job's id, or the id of the live job whose unique key refused it. */

@@ -7,6 +7,11 @@ import type { Logger } from '../logger.js'
 import { Backoff, errorCode, isTransient, sleep } from './backoff.js'
 import type { ClaimGate } from './claim-gate.js'
 import { Completer, type Piggyback } from './completer.js'
+import { endRun, startRun, withinRun, type RunEnd, type RunTrace } from './tracing.js'
+
+/** How a run that recorded nothing ends its span: the next start fails the job as interrupted, or queues it again. */
+const NOT_RECORDED: RunEnd = { outcome: 'interrupted' }
+const SUCCEEDED: RunEnd = { outcome: 'succeeded' }
 
 /** Published when a handler starts: `{ runnerId, jobId, kind }`. */
 export const jobStartChannel = diagnostics.channel('jobtable:job:start')
@@ -335,6 +340,8 @@ export class Producer implements Piggyback {
       return this.#release([job])
     }
     if (jobStartChannel.hasSubscribers) jobStartChannel.publish({ runnerId: this.#runnerId, jobId: job.id, kind: job.kind })
+    // Undefined without an OpenTelemetry SDK: no span, and the handler runs in the context it always did.
+    const traced = startRun(job)
     let settled = false
     // Closures, not methods: a handler may destructure them (`{ publish, fail }`).
     const stopping = this.#stopping.signal
@@ -365,51 +372,69 @@ export class Producer implements Piggyback {
       attempt: job.attempt,
       finalWriteSignal,
     }
-    const outcome = await this.#runBounded(execution, kind, ctx, () => (settled = true))
-    settled = true
+    let end = NOT_RECORDED
     try {
-      await this.#record(execution, kind, outcome)
+      const outcome = await this.#runBounded(execution, kind, ctx, () => (settled = true), traced)
+      settled = true
+      end = await this.#record(execution, kind, outcome)
+    } catch (err) {
+      end = { outcome: 'failed', code: CODE_INTERNAL }
+      throw err
     } finally {
+      // The span ends when the job's end is decided, without the time a handler past its deadline lingers.
+      if (traced !== undefined) endRun(traced, end)
       // A handler recorded as timed out keeps its worker slot until it returns (see #runBounded).
       if (execution.lingering !== undefined) await execution.lingering
     }
   }
 
-  /** Makes the final write an outcome calls for. */
-  async #record(execution: Execution, kind: RegisteredKind, outcome: Outcome): Promise<void> {
+  /** Makes the final write an outcome calls for; resolves to the end it recorded, for the run's span. */
+  async #record(execution: Execution, kind: RegisteredKind, outcome: Outcome): Promise<RunEnd> {
     const { job } = execution
     const fields = { job_id: job.id, kind: job.kind }
     if (execution.abandoned) {
       this.#logger.warn(fields, 'job ended after stop stopped waiting for it; not recorded, it fails as interrupted')
-      return
+      return NOT_RECORDED
     }
     if (execution.cancelled) {
       // Whatever the handler did, the final write records the job cancelled (keeping a result it returned).
       this.#logger.info(fields, 'job cancelled')
       const result = 'result' in outcome ? outcome.result : null
-      return this.#finish(execution, { status: 'failed', result, error: null, runAt: null, grant: 0 }, 'cancelled')
+      await this.#finish(execution, { status: 'failed', result, error: null, runAt: null, grant: 0 }, 'cancelled')
+      return { outcome: 'cancelled' }
     }
     if ('result' in outcome) {
       this.#logger.debug(fields, 'job succeeded')
-      return this.#finish(execution, { status: 'succeeded', result: outcome.result, error: null, runAt: null, grant: 0 })
+      await this.#finish(execution, { status: 'succeeded', result: outcome.result, error: null, runAt: null, grant: 0 })
+      return SUCCEEDED
     }
     if ('snoozeMs' in outcome) {
       this.#logger.debug({ ...fields, snooze_ms: outcome.snoozeMs }, 'job snoozed')
-      return this.#finish(execution, { status: 'retry', result: null, error: null, runAt: this.#clock() + outcome.snoozeMs, grant: 1 })
+      await this.#finish(execution, { status: 'retry', result: null, error: null, runAt: this.#clock() + outcome.snoozeMs, grant: 1 })
+      return { outcome: 'snoozed' }
     }
     if (this.#stopping.signal.aborted) {
       this.#logger.warn(fields, 'job interrupted by shutdown; it fails at the next start')
-      return
+      return NOT_RECORDED
     }
     const logged = { ...fields, code: outcome.code, reason: outcome.reason, attempt: job.attempt, max_attempts: job.maxAttempts }
     if (kind.retries(outcome.code) && job.attempt < job.maxAttempts) {
       const runAt = this.#clock() + kind.backoffMs(job.attempt)
       this.#logger.info({ ...logged, run_at: runAt }, 'job failed; retrying')
-      return this.#finish(execution, { status: 'retry', result: null, error: null, runAt, grant: 0 })
+      await this.#finish(execution, { status: 'retry', result: null, error: null, runAt, grant: 0 })
+      return { outcome: 'retry', code: outcome.code }
     }
     if (outcome.code === CODE_INTERNAL || outcome.code === CODE_TIMEOUT) this.#logger.error(logged, 'job failed')
     else this.#logger.info(logged, 'job failed')
-    return this.#finish(execution, { status: 'failed', result: null, error: outcome.code, runAt: null, grant: 0 })
+    await this.#finish(execution, { status: 'failed', result: null, error: outcome.code, runAt: null, grant: 0 })
+    return { outcome: 'failed', code: outcome.code }
+  }
+
+  /** Calls the job's handler, within its run's trace context when it has a span. */
+  #call(execution: Execution, kind: RegisteredKind, ctx: JobContext<unknown>, traced: RunTrace | undefined): Promise<Outcome> {
+    // No closure without a span: this is the hot path.
+    if (traced === undefined) return kind.run(execution.job.payload, ctx)
+    return withinRun(traced, () => kind.run(execution.job.payload, ctx))
   }
 
   /**
@@ -420,15 +445,15 @@ export class Producer implements Piggyback {
    * waited for to record the job, but its worker slot stays taken until it
    * returns: the runner never runs more than `workers` handlers at once.
    */
-  async #runBounded(execution: Execution, kind: RegisteredKind, ctx: JobContext<unknown>, expired: () => void): Promise<Outcome> {
+  async #runBounded(execution: Execution, kind: RegisteredKind, ctx: JobContext<unknown>, expired: () => void, traced: RunTrace | undefined): Promise<Outcome> {
     const timeoutMs = execution.job.timeoutMs
     if (timeoutMs === null) {
       // No deadline: no promise beyond the handler's own (this is the hot path).
-      const outcome = await kind.run(execution.job.payload, ctx)
+      const outcome = await this.#call(execution, kind, ctx, traced)
       execution.returned = true
       return outcome
     }
-    const running = kind.run(execution.job.payload, ctx).finally(() => (execution.returned = true))
+    const running = this.#call(execution, kind, ctx, traced).finally(() => (execution.returned = true))
     let deadline: NodeJS.Timeout | undefined
     let grace: NodeJS.Timeout | undefined
     let passed = false

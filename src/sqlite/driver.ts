@@ -272,6 +272,7 @@ export class SqliteDriver implements Driver<SqliteDatabase, true> {
       maxAttempts: job.maxAttempts,
       timeoutMs: job.timeoutMs,
       requeueInterrupted: job.requeueInterrupted ? 1 : 0,
+      traceContext: job.traceContext ?? null,
     })
   }
 
@@ -283,7 +284,7 @@ export class SqliteDriver implements Driver<SqliteDatabase, true> {
       statement = this.#writer.prepare(sql.insertJobs(rows))
       this.#insertRows.set(rows, statement)
     }
-    const values: unknown[] = new Array(rows * 13)
+    const values: unknown[] = new Array(rows * 14)
     for (let i = from, v = 0; i < to; i++) {
       const job = jobs[i]!
       values[v++] = job.id
@@ -299,6 +300,7 @@ export class SqliteDriver implements Driver<SqliteDatabase, true> {
       values[v++] = job.maxAttempts
       values[v++] = job.timeoutMs
       values[v++] = job.requeueInterrupted ? 1 : 0
+      values[v++] = job.traceContext ?? null
     }
     statement.run(values)
   }
@@ -414,6 +416,7 @@ export class SqliteDriver implements Driver<SqliteDatabase, true> {
         timeoutMs: job.timeoutMs,
         requeueInterrupted: job.requeueInterrupted ? 1 : 0,
         uniqueKey: job.uniqueKey,
+        traceContext: job.traceContext ?? null,
       }
       if (on.unique.run(params).changes === 1) return null
       const holder = on.holder.get({ kind: job.kind, scope: job.scope, uniqueKey: job.uniqueKey }) as { id: string } | undefined

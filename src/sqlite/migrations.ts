@@ -204,6 +204,16 @@ export const MIGRATIONS: readonly { version: number; sql: string }[] = [
         WHERE status IN ('succeeded', 'failed', 'cancelled');
     `,
   },
+  {
+    version: 12,
+    sql: `
+      -- Tracing: the OpenTelemetry trace context of the enqueue that made
+      -- a job (the propagator's fields as JSON text), so each of its runs,
+      -- in whichever process, joins that trace. NULL when the enqueue was
+      -- made outside a trace, as always without an SDK.
+      ALTER TABLE jobtable_jobs ADD COLUMN trace_context TEXT;
+    `,
+  },
 ]
 
 /** The schema version this jobtable writes. */

@@ -17,9 +17,9 @@ export interface WorkerProcess {
   stderr(): string
 }
 
-/** Spawns `node --import tsx --conditions=source worker-process.ts` with `env` added. */
-export function spawnWorker(env: Record<string, string>): WorkerProcess {
-  const child = spawn(process.execPath, ['--import', 'tsx', '--conditions=source', WORKER], {
+/** Spawns `node --import tsx --conditions=source worker-process.ts` (or another `script` that prints `ready <id>` alike) with `env` added. */
+export function spawnWorker(env: Record<string, string>, script: string = WORKER): WorkerProcess {
+  const child = spawn(process.execPath, ['--import', 'tsx', '--conditions=source', script], {
     env: { ...process.env, ...env },
     stdio: ['ignore', 'pipe', 'pipe'],
   })

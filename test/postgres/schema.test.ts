@@ -97,6 +97,26 @@ describe.skipIf(skip !== undefined)('postgres: schema and migrations', () => {
     expect((await admin.query(`SELECT max(version) AS v FROM "${schema}".migrations`)).rows[0].v).toBe(SCHEMA_VERSION)
   })
 
+  it("migration 12 makes claim_jobs return each job's trace context, the function otherwise as migration 10 made it", async () => {
+    const client = await admin.connect()
+    const definition = async () =>
+      (await client.query<{ def: string }>(`SELECT pg_get_functiondef(to_regproc($1)) AS def`, [`"${schema}".claim_jobs`])).rows[0]!.def
+    try {
+      await migrateSchema(client, `"${schema}"`, 11)
+      const before = await definition()
+      await migrateSchema(client, `"${schema}"`, 12)
+      const after = await definition()
+      expect(after).not.toBe(before)
+      expect(after).toBe(
+        before
+          .replace('c_timeout_ms integer)', 'c_timeout_ms integer, c_trace_context text)')
+          .replace('j.max_attempts, j.timeout_ms\n', 'j.max_attempts, j.timeout_ms, j.trace_context\n'),
+      )
+    } finally {
+      client.release()
+    }
+  })
+
   it("works on the application's own pool and leaves it open on close", async () => {
     const pool = new pg.Pool({ connectionString: PG_URL, max: 3 })
     const d = postgres({ pool, schema })
