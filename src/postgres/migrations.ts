@@ -249,6 +249,88 @@ export const MIGRATIONS: readonly Migration[] = [
       CREATE TABLE ${s}.schedules (name text PRIMARY KEY, last_tick_at bigint NOT NULL, updated_at bigint NOT NULL);
     `,
   },
+  {
+    version: 12,
+    sql: (s) => `
+      -- The claim as in migration 10, returning also when each job became
+      -- claimable (c_ready_at: its due time, or its enqueue when it had
+      -- none or was due before it), for the queue wait the runner reports.
+      -- A function's result columns cannot change in place, so it is made
+      -- again. A runner of an earlier version still running during a rolling
+      -- deploy names its columns and ignores the new one.
+      DROP FUNCTION ${s}.claim_jobs(text[], integer[], integer[], integer, text, bigint);
+      CREATE FUNCTION ${s}.claim_jobs(p_kinds text[], p_caps integer[], p_scope_caps integer[], p_limit integer, p_runner text, p_now bigint)
+        RETURNS TABLE (c_seq bigint, c_id text, c_kind text, c_payload text, c_attempt integer, c_max_attempts integer, c_timeout_ms integer,
+                       c_ready_at bigint)
+        LANGUAGE plpgsql VOLATILE SET plan_cache_mode = force_generic_plan SET enable_seqscan = off AS $fn$
+      DECLARE
+        k text;
+      BEGIN
+        FOR k IN SELECT DISTINCT u.kind FROM unnest(p_kinds, p_caps, p_scope_caps) AS u(kind, cap, scope_cap)
+                  WHERE u.cap IS NOT NULL OR u.scope_cap IS NOT NULL ORDER BY u.kind LOOP
+          IF current_setting('transaction_isolation') <> 'read committed' THEN
+            RAISE EXCEPTION 'jobtable: a claim with concurrency limits needs READ COMMITTED, not %', current_setting('transaction_isolation')
+              USING ERRCODE = '55000';
+          END IF;
+          PERFORM pg_advisory_xact_lock(hashtext('jobtable:limit:${s}'), hashtext(k));
+        END LOOP;
+        RETURN QUERY
+        WITH u AS (
+          SELECT * FROM unnest(p_kinds, p_caps, p_scope_caps) AS u(kind, cap, scope_cap)
+           WHERE NOT EXISTS (SELECT 1 FROM ${s}.paused_kinds p WHERE p.kind = u.kind)
+        ), busy AS (
+          SELECT r.kind, r.scope, count(*) AS n FROM ${s}.jobs r
+           WHERE r.status = 'running' AND r.kind IN (SELECT u.kind FROM u WHERE u.cap IS NOT NULL OR u.scope_cap IS NOT NULL)
+           GROUP BY r.kind, r.scope
+        ), room AS (
+          SELECT u.kind, u.scope_cap,
+                 greatest(0, least(p_limit, coalesce(u.cap - (SELECT coalesce(sum(b.n), 0) FROM busy b WHERE b.kind = u.kind), p_limit)))::bigint AS take
+            FROM u WHERE u.cap IS NOT NULL OR u.scope_cap IS NOT NULL
+        ), free_heads AS (
+          SELECT h.seq, h.priority FROM u
+           CROSS JOIN LATERAL (
+             SELECT q.seq, q.priority FROM ${s}.jobs q WHERE q.status = 'queued' AND q.kind = u.kind
+              ORDER BY q.priority DESC, q.seq LIMIT p_limit FOR UPDATE SKIP LOCKED) h
+           WHERE u.cap IS NULL AND u.scope_cap IS NULL
+        ), capped_heads AS (
+          SELECT h.seq, h.priority FROM room
+           CROSS JOIN LATERAL (
+             SELECT q.seq, q.priority FROM ${s}.jobs q WHERE q.status = 'queued' AND q.kind = room.kind
+              ORDER BY q.priority DESC, q.seq LIMIT room.take FOR UPDATE SKIP LOCKED) h
+           WHERE room.scope_cap IS NULL
+        ), scoped_heads AS (
+          SELECT h.seq, h.priority FROM room
+           CROSS JOIN LATERAL (
+             SELECT ranked.seq, ranked.priority FROM (
+               SELECT w.seq, w.priority, w.busy,
+                      ROW_NUMBER() OVER (PARTITION BY w.scope ORDER BY w.priority DESC, w.seq) AS rank
+                 FROM (SELECT q.seq, q.priority, q.scope,
+                              coalesce((SELECT b.n FROM busy b WHERE b.kind = room.kind AND b.scope IS NOT DISTINCT FROM q.scope), 0) AS busy
+                         FROM ${s}.jobs q
+                        WHERE q.status = 'queued' AND q.kind = room.kind
+                          AND coalesce((SELECT b.n FROM busy b WHERE b.kind = room.kind AND b.scope IS NOT DISTINCT FROM q.scope), 0) < room.scope_cap
+                        ORDER BY q.priority DESC, q.seq LIMIT 1000) w) ranked
+              WHERE ranked.rank + ranked.busy <= room.scope_cap
+              ORDER BY ranked.priority DESC, ranked.seq LIMIT room.take) h
+           WHERE room.scope_cap IS NOT NULL
+        ), scoped_locked AS (
+          SELECT l.seq, l.priority FROM unnest(ARRAY(SELECT seq FROM scoped_heads)) AS c(seq)
+           CROSS JOIN LATERAL (
+             SELECT q.seq, q.priority FROM ${s}.jobs q WHERE q.seq = c.seq AND q.status = 'queued' FOR UPDATE SKIP LOCKED) l
+        ), next AS (
+          SELECT seq FROM (SELECT * FROM free_heads UNION ALL SELECT * FROM capped_heads UNION ALL SELECT * FROM scoped_locked) heads
+           ORDER BY priority DESC, seq LIMIT p_limit
+        ), claimed AS (
+          UPDATE ${s}.jobs AS j
+             SET status = 'running', attempt = j.attempt + 1, runner_id = p_runner, started_at = greatest(p_now, j.run_at), updated_at = p_now
+           WHERE j.seq = ANY (ARRAY(SELECT seq FROM next))
+          RETURNING j.seq, j.id, j.kind, j.payload, j.attempt, j.max_attempts, j.timeout_ms, greatest(j.created_at, j.run_at)
+        )
+        SELECT * FROM claimed;
+      END
+      $fn$;
+    `,
+  },
 ]
 
 /** The schema version this jobtable writes. */

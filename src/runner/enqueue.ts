@@ -7,6 +7,7 @@ import type { ScheduleEnqueueOptions } from '../schedule.js'
 import { encodePayload, encodePayloadSync } from '../payload.js'
 import { isTransient } from './backoff.js'
 import { Batcher, type ItemErrors } from './batcher.js'
+import { publishEnqueued } from './channels.js'
 
 /** The handle of a user's own transaction for a driver `D`. */
 export type TxOf<D> = D extends Driver<infer Tx, boolean> ? Tx : never
@@ -111,6 +112,7 @@ export interface Kind<In, D extends Driver = Driver> {
  */
 export class Enqueuer {
   readonly #driver: Driver
+  readonly #runnerId: string
   readonly #clock: () => number
   readonly #wake: () => void
   readonly #scheduled: (runAt: number) => void
@@ -123,9 +125,11 @@ export class Enqueuer {
    * `wake` after a job is stored; `scheduled` with a job's due time, after
    * a job due later is stored; `wakeAll` for a handle's wake() (after a
    * transactional enqueue: the workers and the scheduler look again).
+   * `runnerId` names the runner in what it publishes.
    */
-  constructor(driver: Driver, clock: () => number, wake: () => void, scheduled: (runAt: number) => void, wakeAll: () => void) {
+  constructor(driver: Driver, runnerId: string, clock: () => number, wake: () => void, scheduled: (runAt: number) => void, wakeAll: () => void) {
     this.#driver = driver
+    this.#runnerId = runnerId
     this.#clock = clock
     this.#wake = wake
     this.#scheduled = scheduled
@@ -146,6 +150,7 @@ export class Enqueuer {
     const holder = this.#holders.get(job)
     if (holder !== undefined) return { id: holder, created: false }
     this.#stored(placement)
+    this.#published(kind.name, 1)
     return { id: job.id, created: true }
   }
 
@@ -163,6 +168,11 @@ export class Enqueuer {
   #stored(placement: Placement): void {
     if (placement.runAt !== null) this.#scheduled(placement.runAt)
     this.#wake()
+  }
+
+  /** Tells the enqueue channel, when anything listens, that `count` jobs of `kind` were stored. */
+  #published(kind: string, count: number): void {
+    publishEnqueued(this.#runnerId, kind, count)
   }
 
   /** The typed handle of a kind. */
@@ -193,18 +203,24 @@ export class Enqueuer {
         const jobs: NewJob[] = texts.map((payload) => ({ id: newJobId(), payload, ...fields }))
         const holders = await driver.jobInsertMany({ jobs, now: this.#clock() })
         this.#stored(placement)
+        this.#published(name, storedCount(jobs, holders))
         return idsOf(jobs, holders)
       },
       enqueueTx: ((tx: TxOf<D>, payload: In, options?: EnqueueOptions) => {
         // The transaction may yet roll back: the scheduler learns of the job from the database, or from wake().
         const placement = placementOf(options, this.#clock)
+        // Published once inserted: the transaction may yet roll back, which nothing here learns of.
         if (driver.capabilities.txSync) {
           const job: NewJob = { id: newJobId(), payload: encodePayloadSync(name, schema, payload), ...fieldsOf(kind, placement) }
-          return idsOf([job], driver.jobInsertTx({ tx, jobs: [job], now: this.#clock() }) as InsertResult)[0]!
+          const holders = driver.jobInsertTx({ tx, jobs: [job], now: this.#clock() }) as InsertResult
+          this.#published(name, storedCount([job], holders))
+          return idsOf([job], holders)[0]!
         }
         return (async () => {
           const job: NewJob = { id: newJobId(), payload: await encodePayload(name, schema, payload), ...fieldsOf(kind, placement) }
-          return idsOf([job], await driver.jobInsertTx({ tx, jobs: [job], now: this.#clock() }))[0]!
+          const holders = await driver.jobInsertTx({ tx, jobs: [job], now: this.#clock() })
+          this.#published(name, storedCount([job], holders))
+          return idsOf([job], holders)[0]!
         })()
       }) as Kind<In, D>['enqueueTx'],
       wake: () => this.#wakeAll(),
@@ -242,6 +258,14 @@ export class Enqueuer {
       if (holder !== null) this.#holders.set(jobs[i]!, holder)
     })
   }
+}
+
+/** How many jobs of a batch were stored: those no live job's unique key refused. */
+function storedCount(jobs: readonly NewJob[], holders: InsertResult): number {
+  if (holders === undefined) return jobs.length
+  let stored = 0
+  for (const holder of holders) if (holder === null) stored++
+  return stored
 }
 
 /** Each job's id, or the id of the live job whose unique key refused it. */

@@ -195,6 +195,15 @@ export const MIGRATIONS: readonly { version: number; sql: string }[] = [
       ) STRICT;
     `,
   },
+  {
+    version: 12,
+    sql: `
+      -- Nothing changes on SQLite. On PostgreSQL the claim function returns
+      -- when each job became claimable, for the queue wait the runner
+      -- reports; SQLite's claim is a statement of the driver, which returns
+      -- it without a migration. The version keeps both backends aligned.
+    `,
+  },
 ]
 
 /** The schema version this jobtable writes. */

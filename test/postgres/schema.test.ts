@@ -76,6 +76,35 @@ describe.skipIf(skip !== undefined)('postgres: schema and migrations', () => {
     expect(kinds.rowCount).toBe(1)
   })
 
+  it('migration 12 makes the claim return when each job became claimable, and a claim prepared by a runner of version 11 still runs across it', async () => {
+    const client = await admin.connect()
+    try {
+      await migrateSchema(client, `"${schema}"`, 11)
+      await client.query(`INSERT INTO "${schema}".jobs (id, kind, payload, created_at, updated_at, run_at) VALUES ('now', 'echo', '{}', 6, 6, NULL), ('late', 'echo', '{}', 5, 5, 9), ('early', 'echo', '{}', 7, 7, 3)`)
+      // Version 11's claim statement, prepared on this connection before the migration, as a runner left running through a rolling deploy holds it.
+      const old = {
+        name: 'claim_v11',
+        text: `SELECT c_seq AS seq, c_id AS id, c_kind AS kind, c_payload AS payload, c_attempt AS attempt,
+                      c_max_attempts AS "maxAttempts", c_timeout_ms AS "timeoutMs"
+                 FROM "${schema}".claim_jobs($1::text[], $2::integer[], $3::integer[], $4::integer, $5::text, $6::bigint)`,
+      }
+      await client.query({ ...old, values: [['none'], [null], [null], 1, 'r0', 10] })
+      await migrateSchema(client, `"${schema}"`)
+      const claimed = await client.query({ ...old, values: [['echo'], [null], [null], 1, 'r1', 10] })
+      expect(claimed.rows.map((r) => r.id)).toEqual(['now'])
+    } finally {
+      client.release()
+    }
+    const driver = postgres({ connectionString: PG_URL, schema })
+    try {
+      const jobs = await driver.jobClaim({ limit: 10, runnerId: 'r2', kinds: ['echo'], now: 10 })
+      // Its due time, or its enqueue when it had none or was due before it.
+      expect(jobs.map((j) => [j.id, j.readyAt])).toEqual([['late', 9], ['early', 7]])
+    } finally {
+      await driver.close()
+    }
+  })
+
   it("works on the application's own pool and leaves it open on close", async () => {
     const pool = new pg.Pool({ connectionString: PG_URL, max: 3 })
     const d = postgres({ pool, schema })
