@@ -47,6 +47,12 @@ const DATABASE = `  -d, --database <path|url>  SQLite file or postgres:// URL (e
 const STOP = `      --stop-timeout <ms>    how long a stop waits for running jobs (default 20000); jobs
                              still running then stay running for the next start to fail as
                              interrupted, and the process still exits 0`
+const METRICS_LISTENER = `      --metrics-port <port>  serve Prometheus metrics at /metrics on a listener of their own
+                             (0 picks a free port); needs prom-client (npm install prom-client@15)
+      --metrics-host <addr>  its address (default 127.0.0.1); any non-loopback address needs
+                             bearer tokens
+      --metrics-scope <s>    the scope of the tokens that may read the metrics (and nothing
+                             an operator may do); without tokens every caller may`
 const LOG = `      --log-level <level>    debug, info, warn or error (default info); logs go to stderr,
                              readable in a terminal, JSON lines otherwise`
 
@@ -86,6 +92,9 @@ ${DATABASE}
                              (without tokens every caller may; with tokens and no operator
                              scope, none may)
       --max-connections <n>  connections held at once (default 256)
+      --metrics              serve Prometheus metrics at GET /metrics on the API's listener, for
+                             the operator scope and --metrics-scope; needs prom-client
+${METRICS_LISTENER}
       --demo                 also run the kinds module's demo(runner, { url }) export
 ${STOP}
 ${LOG}
@@ -102,6 +111,9 @@ Options:
 ${DATABASE}
   -k, --kinds <module>       module exporting registerKinds(runner) (required)
   -w, --workers <n>          concurrent jobs (default 4)
+${METRICS_LISTENER}
+      --tokens-file <path>   bearer tokens guarding the metrics listener, as for serve
+                             (env JOBTABLE_TOKENS)
 ${STOP}
 ${LOG}
   -h, --help                 this help
