@@ -73,6 +73,16 @@ export interface Driver<Tx = unknown, TxSync extends boolean = boolean> {
   /** The earliest due time of any scheduled job, or null when none is scheduled. */
   queueNextDue(params: { now: number }): Promise<number | null>
   /**
+   * How many jobs are live, for metrics: queued and running ones per kind,
+   * and scheduled ones across kinds (`kind` null: no index leads with the
+   * kind of a scheduled job, so counting them by kind would read every
+   * one). Each count is exact up to `limit` and reads `limit` beyond it,
+   * so the statement reads at most `limit` index entries per kind and
+   * status, however big the backlog. A kind and status with no job is
+   * left out.
+   */
+  queueCounts(params: { limit: number }): Promise<QueueCount[]>
+  /**
    * Pauses a kind for every process on the database, across restarts: no
    * claim takes its jobs until kindResume. Resolves true when it was not
    * paused before.
@@ -182,6 +192,14 @@ export interface Driver<Tx = unknown, TxSync extends boolean = boolean> {
   migrate?(): Promise<void>
   /** Closes the connections the driver opened itself; a database handed in by the user stays open. */
   close(): Promise<void>
+}
+
+/** One count of queueCounts. */
+export interface QueueCount {
+  /** The kind, or null for a count across kinds (scheduled jobs). */
+  readonly kind: string | null
+  readonly status: 'scheduled' | 'queued' | 'running'
+  readonly count: number
 }
 
 /** What an onWake call is about: jobs may have been queued, a cancellation requested, or a running job's result published. */
@@ -311,6 +329,12 @@ export interface ClaimedJob {
   readonly timeoutMs: number | null
   /** The trace context stored with it at its enqueue (see NewJob), or null; absent from a driver that stores none. */
   readonly traceContext?: string | null
+  /**
+   * When it became claimable (epoch ms): its due time, or its enqueue time
+   * when it had none or was due before it. The runner reports the wait
+   * from then to its start.
+   */
+  readonly readyAt: number
 }
 
 /** The final write of a claimed job. */

@@ -3,13 +3,37 @@
  * queue. Import a driver from `jobtable/sqlite` (or `jobtable/postgres`)
  * and hand it to a Runner.
  */
-export { Runner, jobStartChannel, jobEndChannel, jobPublishChannel, claimErrorChannel } from './runner/runner.js'
-export type { RunnerOptions, StopOptions, Kind, TxOf, TxResult, JobEvent, EnqueueOptions, UniqueEnqueue, JobSpec, ListOptions, JobPage, RetentionOptions, RetentionAge, RetentionByStatus, KindRetention, PruneOptions } from './runner/runner.js'
+export { Runner, jobEnqueueChannel, jobStartChannel, jobEndChannel, jobPublishChannel, claimErrorChannel, databaseErrorChannel } from './runner/runner.js'
+export type {
+  RunnerOptions,
+  StopOptions,
+  Kind,
+  TxOf,
+  TxResult,
+  JobEvent,
+  EnqueueOptions,
+  UniqueEnqueue,
+  JobSpec,
+  ListOptions,
+  JobPage,
+  RetentionOptions,
+  RetentionAge,
+  RetentionByStatus,
+  KindRetention,
+  PruneOptions,
+  JobEnqueueMessage,
+  JobStartMessage,
+  JobEndMessage,
+  EndStatus,
+  ClaimErrorMessage,
+  DatabaseErrorMessage,
+  DatabaseOperation,
+} from './runner/runner.js'
 export { defineKind } from './kind.js'
 export type { ScheduleDefinition, ScheduleEnqueueOptions, MissedTicks } from './schedule.js'
 export type { JobContext, KindDefinition, KindDef, KindOptions, Handler, RetryOptions, KindLimit } from './kind.js'
 export type { Logger } from './logger.js'
-export type { CancelResult, WakeReason, Driver, DriverCapabilities, LivenessCapability, NewJob, InsertResult, ClaimedJob, ClaimParams, FinishAndClaimParams, FinishAndClaimResult, JobFinish, JobRow, JobListParams } from './driver.js'
+export type { CancelResult, WakeReason, Driver, DriverCapabilities, LivenessCapability, NewJob, InsertResult, ClaimedJob, ClaimParams, FinishAndClaimParams, FinishAndClaimResult, JobFinish, JobRow, JobListParams, QueueCount } from './driver.js'
 export {
   type Job,
   type JobStatus,

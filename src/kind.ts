@@ -230,6 +230,11 @@ export class RegisteredKind {
     this.#maxMs = definition.retry?.backoff?.maxMs ?? 600_000
   }
 
+  /** The failure codes the kind declared. */
+  get failures(): readonly string[] {
+    return this.#definition.failures
+  }
+
   /** Whether a failure with `code` goes back to the queue while the job has attempts left. */
   retries(code: string): boolean {
     return this.#retried.has(code)

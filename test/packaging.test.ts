@@ -116,6 +116,21 @@ export const pieces = [JobFailure, SqliteDriver, migrate, listen] as const
 export type Shown = Job
 `
 
+const METRICS_TS = `
+import { Runner } from 'jobtable'
+import { sqlite } from 'jobtable/sqlite'
+import { createApi, metricsHandler as fromHttp } from 'jobtable/http'
+import { createMetrics, metricsHandler, type Metrics } from 'jobtable/metrics'
+import { Registry } from 'prom-client'
+
+export function open(): { metrics: Metrics; serve: (request: Request) => Promise<Response> } {
+  const runner = new Runner({ driver: sqlite({ path: './app.db' }) })
+  const metrics = createMetrics({ runner, registry: new Registry(), queueDepthLimit: 1000 })
+  createApi({ runner, metrics: metrics.registry, metricsScope: 'monitoring' })
+  return { metrics, serve: fromHttp === metricsHandler ? metricsHandler(metrics.registry) : fromHttp(metrics.registry) }
+}
+`
+
 /** Imports every entry point the consumer has, at run time. */
 function importsMjs(entries: string[]): string {
   return `${entries.map((e, i) => `import * as m${i} from '${e}'`).join('\n')}
@@ -143,6 +158,28 @@ describe('jobtable as installed by a user', () => {
     expect(tsc.code).toBe(0)
     // A whole tsc run with no skipLibCheck: a bound for a loaded machine, not a measure.
   }, 120_000)
+
+  it('type checks and runs for a user of jobtable/metrics (prom-client installed) with skipLibCheck false', async () => {
+    const dir = consumer('metrics', ['better-sqlite3', '@types/better-sqlite3', 'prom-client'], {
+      'consumer.ts': METRICS_TS,
+      'main.mjs': `${importsMjs(['jobtable/metrics'])}
+import { Runner } from 'jobtable'
+import { sqlite } from 'jobtable/sqlite'
+import { createMetrics } from 'jobtable/metrics'
+const runner = new Runner({ driver: sqlite({ path: './app.db' }), logger: { debug() {}, info() {}, warn() {}, error() {} } })
+const metrics = createMetrics({ runner })
+console.log((await metrics.registry.metrics()).includes('jobtable_queue_depth{status="scheduled"} 0'))
+metrics.close()
+await runner.close()
+`,
+    })
+    const tsc = await exec([TSC, '-p', 'tsconfig.json'], dir)
+    expect(tsc.output).toBe('')
+    expect(tsc.code).toBe(0)
+    const node = await exec(['main.mjs'], dir)
+    expect(node.output).toMatch(/^\[\d+\]\ntrue\n$/)
+    expect(node.code).toBe(0)
+  })
 
   // Its types are checked by both cases above, each without one driver's packages.
   it('runs for a user of jobtable and jobtable/http alone (neither driver package)', async () => {
@@ -201,5 +238,9 @@ await runner.close()
     const pgMigrate = await exec([cli, 'migrate', '-d', 'postgres://127.0.0.1:1/none'], dir)
     expect(pgMigrate.output).toBe('jobtable: PostgreSQL support needs the pg package, which is not installed: npm install pg@8\n')
     expect(pgMigrate.code).toBe(1)
+    // Metrics asked for without prom-client: one line naming it, before anything listens.
+    const metrics = await exec([cli, 'serve', '--workers', '0', '--metrics', '--port', '0', '-d', join(dir, 'cli.db'), '--log-level', 'error'], dir)
+    expect(metrics.output).toBe('jobtable: metrics need the prom-client package, which is not installed: npm install prom-client@15\n')
+    expect(metrics.code).toBe(1)
   })
 })

@@ -1,7 +1,8 @@
-import { createApi, bearerTokens, isLoopback, listen, type Api, type Listening } from '../http/index.js'
+import { createApi, bearerTokens, isLoopback, listen, type Api, type ApiOptions, type Listening } from '../http/index.js'
 import { DatabaseError, type Runner } from '../index.js'
 import { describeDatabase } from './database.js'
 import { loadKinds, type KindsModule } from './kinds.js'
+import { listenMetrics, metricsPlan, openMetrics, type CliMetrics } from './metrics.js'
 import { COMMON_FLAGS, databaseOf, loggerFor, openRunner, type CliContext } from './runtime.js'
 import { firstSignal } from './signals.js'
 import { readTokens } from './tokens.js'
@@ -21,13 +22,17 @@ export async function serve(ctx: CliContext, mode: 'serve' | 'worker'): Promise<
     workers: { type: 'string', short: 'w' },
     'stop-timeout': { type: 'string' },
     retention: { type: 'string' },
+    'tokens-file': { type: 'string' },
+    'metrics-port': { type: 'string' },
+    'metrics-host': { type: 'string' },
+    'metrics-scope': { type: 'string' },
     ...(mode === 'serve'
       ? {
           host: { type: 'string' },
           port: { type: 'string', short: 'p' },
-          'tokens-file': { type: 'string' },
           'operator-scope': { type: 'string' },
           'max-connections': { type: 'string' },
+          metrics: { type: 'boolean' },
           demo: { type: 'boolean' },
         }
       : {}),
@@ -52,7 +57,10 @@ export async function serve(ctx: CliContext, mode: 'serve' | 'worker'): Promise<
   if (v.demo === true && kindsPath === undefined) throw new UsageError('--demo needs --kinds')
   const database = databaseOf(str('database'), ctx.env)
   const logger = loggerFor(str('log-level'))
-  const tokens = mode === 'serve' ? readTokens(str('tokens-file'), ctx.env.JOBTABLE_TOKENS, (m) => logger.warn(m)) : undefined
+  // A worker's tokens guard only its metrics listener.
+  const ownListener = str('metrics-port') !== undefined
+  if (mode === 'worker' && str('tokens-file') !== undefined && !ownListener) throw new UsageError('a worker reads --tokens-file only to guard --metrics-port')
+  const tokens = mode === 'serve' || ownListener ? readTokens(str('tokens-file'), ctx.env.JOBTABLE_TOKENS, (m) => logger.warn(m)) : undefined
   if (mode === 'serve' && tokens === undefined && !isLoopback(host)) {
     throw new UsageError(`refusing to listen on ${host} without authentication: give --tokens-file (or JOBTABLE_TOKENS), or bind 127.0.0.1`)
   }
@@ -61,6 +69,13 @@ export async function serve(ctx: CliContext, mode: 'serve' | 'worker'): Promise<
   if (operatorScope !== undefined && (tokens === undefined || operatorScope.length === 0 || operatorScope.length > 256)) {
     throw new UsageError('--operator-scope names the scope of a token in --tokens-file (1 to 256 characters), whose holders may pause and resume kinds')
   }
+  const plan = metricsPlan(
+    { metrics: v.metrics === true, port: str('metrics-port'), host: str('metrics-host'), scope: str('metrics-scope') },
+    tokens !== undefined,
+    operatorScope,
+    isLoopback,
+  )
+  const metricsScopes = [operatorScope, plan.scope].filter((s): s is string => s !== undefined)
 
   const kinds: KindsModule | undefined = kindsPath === undefined ? undefined : await loadKinds(kindsPath)
   if (v.demo === true && typeof kinds?.demo !== 'function') throw new UsageError(`--demo needs ${kindsPath} to export demo(runner, { url })`)
@@ -69,16 +84,26 @@ export async function serve(ctx: CliContext, mode: 'serve' | 'worker'): Promise<
   // until it stops, and without workers the HTTP server does.
   const runner = await openRunner(database, workers, logger, retention === undefined ? {} : { retention })
   let listening: Listening | undefined
+  let metricsListening: Listening | undefined
+  let metrics: CliMetrics | undefined
   let api: Api | undefined
   try {
     kinds?.registerKinds(runner)
+    if (plan.on) metrics = await openMetrics(runner)
     if (workers > 0) await runner.start()
+    if (metrics !== undefined && plan.port !== undefined) {
+      metricsListening = await listenMetrics(metrics.registry, { ...plan, port: plan.port }, authorize, metricsScopes)
+      logger.info({ url: `${metricsListening.url}/metrics`, auth: authorize ? 'bearer' : 'none' }, 'jobtable serving metrics')
+      ctx.stdout.write(`jobtable metrics at ${metricsListening.url}/metrics\n`)
+    }
     if (mode === 'serve') {
-      const inner = createApi({ runner, authorize, logger, ...(operatorScope === undefined ? {} : { operatorScope }) })
+      const onApi: Pick<ApiOptions, 'metrics' | 'metricsScope'> = metrics !== undefined && plan.port === undefined ? { metrics: metrics.registry, ...(plan.scope === undefined ? {} : { metricsScope: plan.scope }) } : {}
+      const inner = createApi({ runner, authorize, logger, ...(operatorScope === undefined ? {} : { operatorScope }), ...onApi })
       api = { ...inner, fetch: accessLogged(inner, logger) }
       listening = await listen(api, { host, port, authenticated: authorize !== undefined, maxConnections })
       logger.info({ url: listening.url, database: describeDatabase(database), workers, auth: authorize ? 'bearer' : 'none' }, `jobtable serving ${listening.url}/api/v1/jobs`)
       ctx.stdout.write(`jobtable API at ${listening.url}/api/v1/jobs (OpenAPI: ${listening.url}/api/v1/openapi.json)\n`)
+      if (onApi.metrics !== undefined) ctx.stdout.write(`jobtable metrics at ${listening.url}/metrics\n`)
     } else {
       logger.info({ database: describeDatabase(database), workers }, 'jobtable worker running')
     }
@@ -95,14 +120,18 @@ export async function serve(ctx: CliContext, mode: 'serve' | 'worker'): Promise<
       logger.error({ error: errorName(outcome.failed), ...dbCode }, 'workers stopped on a database error')
     }
     await listening?.close()
+    await metricsListening?.close()
     // By the deadline: handlers still running then are left, their jobs
     // running for the next start to fail as interrupted (the runner logs how many).
     await runner.stop({ timeoutMs: stopTimeoutMs })
     await runner.close()
+    metrics?.close()
     logger.info('stopped')
     return 'signal' in outcome ? EXIT.ok : EXIT.failure
   } catch (err) {
     await listening?.close().catch(() => undefined)
+    await metricsListening?.close().catch(() => undefined)
+    metrics?.close()
     await runner.close().catch(() => undefined)
     throw err
   } finally {

@@ -66,6 +66,12 @@ const RETENTION = `      --retention <d|off>    how long finished jobs are kept 
                              such as 30d (default 7d); off: this process never deletes any
                              (every process on the database prunes by its own setting)
 `
+const METRICS_LISTENER = `      --metrics-port <port>  serve Prometheus metrics at /metrics on a listener of their own
+                             (0 picks a free port); needs prom-client (npm install prom-client@15)
+      --metrics-host <addr>  its address (default 127.0.0.1); any non-loopback address needs
+                             bearer tokens
+      --metrics-scope <s>    the scope of the tokens that may read the metrics (and nothing
+                             an operator may do); without tokens every caller may`
 const LOG = `      --log-level <level>    debug, info, warn or error (default info); logs go to stderr,
                              readable in a terminal, JSON lines otherwise`
 
@@ -106,6 +112,9 @@ ${DATABASE}
                              (without tokens every caller may; with tokens and no operator
                              scope, none may)
       --max-connections <n>  connections held at once (default 1024)
+      --metrics              serve Prometheus metrics at GET /metrics on the API's listener, for
+                             the operator scope and --metrics-scope; needs prom-client
+${METRICS_LISTENER}
       --demo                 also run the kinds module's demo(runner, { url }) export
 ${STOP}
 ${RETENTION}${LOG}
@@ -122,6 +131,9 @@ Options:
 ${DATABASE}
   -k, --kinds <module>       module exporting registerKinds(runner) (required)
   -w, --workers <n>          concurrent jobs (default 4)
+${METRICS_LISTENER}
+      --tokens-file <path>   bearer tokens guarding the metrics listener, as for serve
+                             (env JOBTABLE_TOKENS)
 ${STOP}
 ${RETENTION}${LOG}
   -h, --help                 this help

@@ -15,9 +15,10 @@ import { readJsonBody } from './body.js'
 import { ChangeFeed } from './change-feed.js'
 import { eventStream } from './events.js'
 import { jobBody, parseJobId } from './job-body.js'
+import { exposition, type MetricsSource } from './metrics.js'
 import { openApiDocumentFor } from './openapi.js'
 import { problem } from './problem.js'
-import { isLoopback } from './hosts.js'
+import { hostAllowed } from './hosts.js'
 import { optionsObject } from '../options.js'
 
 /** Options of createApi. Each default is given beside its field. */
@@ -68,6 +69,21 @@ export interface ApiOptions {
    * document's server carry it. Default none: routes at `/api/v1/...`.
    */
   readonly basePath?: string
+  /**
+   * Metrics to serve at `GET /metrics` (after `basePath`; Prometheus text): a prom-client
+   * Registry, such as `createMetrics({ runner }).registry` from
+   * `jobtable/metrics`. Read by the callers of `operatorScope` or
+   * `metricsScope` once the API has authorization (403 for every other
+   * scope), by every caller without it. Default: none (`/metrics` answers
+   * 404).
+   */
+  readonly metrics?: MetricsSource
+  /**
+   * A scope whose callers may read `/metrics` and do nothing else an
+   * operator may: the scope of a monitoring system's token. Default: none
+   * (the operator scope alone).
+   */
+  readonly metricsScope?: string
 }
 
 /** A mounted API: a standard fetch handler, and close() to end its open event streams. */
@@ -86,6 +102,7 @@ const ALLOW = {
   cancel: 'POST',
   pause: 'POST',
   paused: 'GET, HEAD',
+  metrics: 'GET, HEAD',
   openapi: 'GET, HEAD',
 } as const
 
@@ -101,6 +118,8 @@ const API_OPTIONS = Object.keys({
   allowedHosts: 1,
   operatorScope: 1,
   basePath: 1,
+  metrics: 1,
+  metricsScope: 1,
 } satisfies Record<keyof ApiOptions, 1>)
 const LIST_PARAMS: ReadonlySet<string> = new Set(['status', 'kind', 'limit', 'cursor'])
 
@@ -115,13 +134,18 @@ const LIST_PARAMS: ReadonlySet<string> = new Set(['status', 'kind', 'limit', 'cu
  */
 export function createApi(options: ApiOptions): Api {
   const given = optionsObject(options, API_OPTIONS, 'createApi')
-  const { runner, authorize, bodyLimitBytes = MIB, eventsPollMs = 250, eventsHeartbeatMs = 15_000, logger, operatorScope, basePath = '' } = given
+  const { runner, authorize, bodyLimitBytes = MIB, eventsPollMs = 250, eventsHeartbeatMs = 15_000, logger, operatorScope, basePath = '', metrics, metricsScope } = given
   // A plain path: it is put in Location headers and the document as it is.
   if (typeof basePath !== 'string' || (basePath !== '' && !/^(\/[A-Za-z0-9._~-]+)+$/.test(basePath)) || /\/\.\.?(\/|$)/.test(basePath)) {
     throw new TypeError('jobtable/http: basePath must be empty or a path such as /jobs: segments of letters, digits and . _ ~ -, no trailing slash')
   }
-  if (operatorScope !== undefined && (typeof operatorScope !== 'string' || operatorScope.length === 0 || operatorScope.length > 256)) {
-    throw new TypeError('jobtable/http: operatorScope must be a non-empty string of at most 256 characters')
+  for (const [name, scope] of Object.entries({ operatorScope, metricsScope })) {
+    if (scope !== undefined && (typeof scope !== 'string' || scope.length === 0 || scope.length > 256)) {
+      throw new TypeError(`jobtable/http: ${name} must be a non-empty string of at most 256 characters`)
+    }
+  }
+  if (metrics !== undefined && (metrics === null || typeof metrics !== 'object' || typeof metrics.metrics !== 'function')) {
+    throw new TypeError('jobtable/http: metrics must be a metrics source (a prom-client Registry)')
   }
   const allowedHosts = given.allowedHosts ?? (authorize === undefined ? 'loopback' : 'any')
   if (runner === null || typeof runner !== 'object' || typeof runner.get !== 'function') {
@@ -266,6 +290,16 @@ export function createApi(options: ApiOptions): Api {
     app.all(`/api/v1/kinds/:kind/${action}`, () => notAllowed(ALLOW.pause))
   }
 
+  // Not under /api/v1: where Prometheus looks by default. Without metrics it answers as any unknown route.
+  app.get('/metrics', async (c) => {
+    if (metrics === undefined) return problem('route_not_found')
+    const scope = await scopeOf(c.req.raw)
+    if (scope instanceof Response) return scope
+    if (scope !== null && scope !== operatorScope && scope !== metricsScope) return problem('forbidden')
+    return exposition(metrics, c.req.raw.method)
+  })
+  app.all('/metrics', () => (metrics === undefined ? problem('route_not_found') : notAllowed(ALLOW.metrics)))
+
   app.notFound(() => problem('route_not_found'))
   app.onError((err) => {
     const known = toProblem(err)
@@ -361,12 +395,3 @@ function json(status: number, body: unknown, headers: Record<string, string> = {
   return new Response(JSON.stringify(body), { status, headers: { 'content-type': 'application/json', 'cache-control': 'no-store', ...headers } })
 }
 
-/** Whether a Host header names a host the API answers. */
-function hostAllowed(host: string | undefined, allowed: 'any' | 'loopback' | readonly string[]): boolean {
-  if (allowed === 'any') return true
-  if (host === undefined) return false
-  // The name without its port: [::1]:8080 → [::1], localhost:8080 → localhost.
-  const name = host.trim().toLowerCase().replace(/:\d+$/, '')
-  if (allowed === 'loopback') return isLoopback(name)
-  return allowed.some((a) => a.toLowerCase() === name)
-}

@@ -12,3 +12,4 @@ export { bearerTokens, isRefusal, FORBIDDEN, UNAUTHENTICATED, MIN_TOKEN_LENGTH, 
 export { PROBLEMS, PROBLEM_MEDIA_TYPE, problemType, type ProblemCode } from './problem.js'
 export { openApiDocument, openApiDocumentFor, type DocumentKind } from './openapi.js'
 export { listen, nodeListener, isLoopback, UnsafeBindError, type ListenOptions, type Listening } from './server.js'
+export { metricsHandler, type MetricsHandlerOptions, type MetricsSource } from './metrics.js'

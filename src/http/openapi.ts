@@ -266,6 +266,19 @@ export const openApiDocument = {
         },
       },
     },
+    '/metrics': {
+      get: {
+        operationId: 'metrics',
+        summary:
+          "Prometheus metrics of the runner and its queue, when the API was given them (`metrics`). Operators and the metrics scope only, once the API has authorization (see operatorScope and metricsScope). No label carries a payload, a result, an error's text, a job id or a scope.",
+        responses: {
+          '200': { description: 'The Prometheus text exposition format, version 0.0.4.', content: { 'text/plain': { schema: { type: 'string' } } } },
+          ...authErrors,
+          '404': problemResponse('This API serves no metrics (`route_not_found`).'),
+          ...serverErrors,
+        },
+      },
+    },
     '/api/v1/openapi.json': {
       get: {
         operationId: 'openApi',

@@ -12,6 +12,7 @@ import type {
   JobFinish,
   JobListParams,
   JobRow,
+  QueueCount,
   NewJob,
   InsertResult,
 } from '../driver.js'
@@ -363,6 +364,10 @@ export class PostgresDriver implements Driver<PgQueryable, false> {
     return (await this.#query('promote due jobs', this.#q.promoteDue, [now, limit])).rowCount ?? 0
   }
 
+  async queueCounts({ limit }: { limit: number }): Promise<QueueCount[]> {
+    return (await this.#query<QueueCount>('count live jobs', this.#q.queueCounts, [limit])).rows.filter((c) => c.count > 0)
+  }
+
   async queueNextDue(_params: { now: number }): Promise<number | null> {
     const due = (await this.#query<{ due: string | null }>('read next due time', this.#q.nextDue, [])).rows[0]?.due
     return due === null || due === undefined ? null : Number(due)
@@ -611,12 +616,13 @@ interface ClaimedRow {
   readonly maxAttempts: number
   readonly timeoutMs: number | null
   readonly traceContext: string | null
+  readonly readyAt: number
 }
 
 /** Claimed rows as jobs, oldest first: RETURNING gives no order. */
 function toClaimed(rows: readonly ClaimedRow[]): ClaimedJob[] {
   return rows
-    .map((r) => ({ seq: Number(r.seq), id: r.id, kind: r.kind, payload: r.payload, attempt: r.attempt, maxAttempts: r.maxAttempts, timeoutMs: r.timeoutMs, traceContext: r.traceContext }))
+    .map((r) => ({ seq: Number(r.seq), id: r.id, kind: r.kind, payload: r.payload, attempt: r.attempt, maxAttempts: r.maxAttempts, timeoutMs: r.timeoutMs, traceContext: r.traceContext, readyAt: r.readyAt }))
     .sort((a, b) => a.seq - b.seq)
     .map(({ seq: _seq, ...job }) => job)
 }

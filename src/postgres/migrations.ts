@@ -262,13 +262,19 @@ export const MIGRATIONS: readonly Migration[] = [
       -- Tracing: the trace context of the enqueue that made a job (see the
       -- SQLite migration of the same number).
       ALTER TABLE ${s}.jobs ADD COLUMN trace_context text;
-      -- The claim returns it too. A function's result columns cannot be
-      -- changed in place (CREATE OR REPLACE refuses a new row type), so it
-      -- is dropped and made again in this transaction; apart from
-      -- c_trace_context it is migration 10's claim_jobs, word for word.
+      -- The claim returns it too, and when each job became claimable
+      -- (c_ready_at: its due time, or its enqueue when it had none or was
+      -- due before it), for the queue wait the runner reports. A function's
+      -- result columns cannot be changed in place (CREATE OR REPLACE
+      -- refuses a new row type), so it is dropped and made again in this
+      -- transaction; apart from c_trace_context and c_ready_at it is
+      -- migration 10's claim_jobs, word for word. A runner of an earlier
+      -- version still running during a rolling deploy names its columns
+      -- and ignores the new ones.
       DROP FUNCTION ${s}.claim_jobs(text[], integer[], integer[], integer, text, bigint);
       CREATE FUNCTION ${s}.claim_jobs(p_kinds text[], p_caps integer[], p_scope_caps integer[], p_limit integer, p_runner text, p_now bigint)
-        RETURNS TABLE (c_seq bigint, c_id text, c_kind text, c_payload text, c_attempt integer, c_max_attempts integer, c_timeout_ms integer, c_trace_context text)
+        RETURNS TABLE (c_seq bigint, c_id text, c_kind text, c_payload text, c_attempt integer, c_max_attempts integer, c_timeout_ms integer, c_trace_context text,
+                       c_ready_at bigint)
         LANGUAGE plpgsql VOLATILE SET plan_cache_mode = force_generic_plan SET enable_seqscan = off AS $fn$
       DECLARE
         k text;
@@ -331,13 +337,14 @@ export const MIGRATIONS: readonly Migration[] = [
           UPDATE ${s}.jobs AS j
              SET status = 'running', attempt = j.attempt + 1, runner_id = p_runner, started_at = greatest(p_now, j.run_at), updated_at = p_now
            WHERE j.seq = ANY (ARRAY(SELECT seq FROM next))
-          RETURNING j.seq, j.id, j.kind, j.payload, j.attempt, j.max_attempts, j.timeout_ms, j.trace_context
+          RETURNING j.seq, j.id, j.kind, j.payload, j.attempt, j.max_attempts, j.timeout_ms, j.trace_context, greatest(j.created_at, j.run_at)
         )
         SELECT * FROM claimed;
       END
       $fn$;
     `,
   },
+
 ]
 
 /** The schema version this jobtable writes. */

@@ -115,11 +115,12 @@ export function queries(s: string) {
      * claim before: 10.8k jobs/s as a plain statement, 12.6k through the
      * function (PostgreSQL 15 here). started_at is never before the job's
      * due time: the clock reading sent may trail the promotion another
-     * process made.
+     * process made. readyAt is when the job became claimable (its due
+     * time, or its enqueue), for the wait the runner reports.
      */
     claimJobs: `
       SELECT c_seq AS seq, c_id AS id, c_kind AS kind, c_payload AS payload, c_attempt AS attempt,
-             c_max_attempts AS "maxAttempts", c_timeout_ms AS "timeoutMs", c_trace_context AS "traceContext"
+             c_max_attempts AS "maxAttempts", c_timeout_ms AS "timeoutMs", c_trace_context AS "traceContext", c_ready_at::float8 AS "readyAt"
         FROM ${s}.claim_jobs($1::text[], $2::integer[], $3::integer[], $4::integer, $5::text, $6::bigint)`,
 
     /**
@@ -202,9 +203,9 @@ export function queries(s: string) {
       WITH finished AS (${finishedPart(s)}
       )
       SELECT 'f' AS part, NULL::bigint AS seq, id, NULL AS kind, NULL AS payload, NULL::integer AS attempt,
-             NULL::integer AS "maxAttempts", NULL::integer AS "timeoutMs", NULL::text AS "traceContext" FROM finished
+             NULL::integer AS "maxAttempts", NULL::integer AS "timeoutMs", NULL::text AS "traceContext", NULL::float8 AS "readyAt" FROM finished
       UNION ALL
-      SELECT 'c', c_seq, c_id, c_kind, c_payload, c_attempt, c_max_attempts, c_timeout_ms, c_trace_context
+      SELECT 'c', c_seq, c_id, c_kind, c_payload, c_attempt, c_max_attempts, c_timeout_ms, c_trace_context, c_ready_at::float8
         FROM ${s}.claim_jobs($9::text[], $10::integer[], $11::integer[], $7::integer, $8::text, $6::bigint)`,
 
     /**
@@ -324,6 +325,31 @@ export function queries(s: string) {
          LIMIT $4 FOR UPDATE SKIP LOCKED
       )
       DELETE FROM ${s}.jobs AS j USING doomed WHERE j.seq = doomed.seq`,
+
+    /**
+     * The live jobs for metrics, each count at most $1 (see the SQLite
+     * queueCounts): queued ones per kind, the kinds by jumps through the
+     * index jobs_queued and each kind's count from it, stopping at $1;
+     * running ones per kind (as many as there are workers); scheduled ones
+     * across kinds, from the index jobs_scheduled. On 1,000,000 queued and
+     * 1,000,000 scheduled jobs of 5 kinds (PostgreSQL 15 here, vacuumed, so
+     * index-only scans): 16 ms with $1 10,000 and 2.5 ms with 1,000,
+     * against 230 ms (queued) and 330 ms (scheduled) for a GROUP BY kind.
+     */
+    queueCounts: `
+      WITH RECURSIVE queued(kind) AS (
+        (SELECT kind FROM ${s}.jobs WHERE status = 'queued' ORDER BY kind LIMIT 1)
+        UNION ALL
+        SELECT (SELECT j.kind FROM ${s}.jobs j WHERE j.status = 'queued' AND j.kind > q.kind ORDER BY j.kind LIMIT 1)
+          FROM queued q WHERE q.kind IS NOT NULL
+      )
+      SELECT q.kind, 'queued' AS status,
+             (SELECT count(*) FROM (SELECT 1 FROM ${s}.jobs j WHERE j.status = 'queued' AND j.kind = q.kind LIMIT $1) c)::integer AS count
+        FROM queued q WHERE q.kind IS NOT NULL
+      UNION ALL
+      SELECT kind, 'running', least(count(*), $1)::integer FROM ${s}.jobs WHERE status = 'running' GROUP BY kind
+      UNION ALL
+      SELECT NULL, 'scheduled', count(*)::integer FROM (SELECT 1 FROM ${s}.jobs WHERE status = 'scheduled' LIMIT $1) c`,
 
     getJob: `SELECT ${JOB_COLUMNS} FROM ${s}.jobs WHERE id = $1`,
 

@@ -3,6 +3,7 @@ import { CODE_INTERNAL, finalWriteSignal } from '../job.js'
 import type { Logger } from '../logger.js'
 import { Backoff, errorCode, isTransient, sleep } from './backoff.js'
 import { Batcher } from './batcher.js'
+import { publishDatabaseError } from './channels.js'
 
 /**
  * The claim a batch of final writes carries, when the producer wants one.
@@ -53,6 +54,7 @@ interface Finishing {
  */
 export class Completer {
   readonly #driver: Driver
+  readonly #runnerId: string
   readonly #logger: Logger
   readonly #clock: () => number
   readonly #stopping: AbortSignal
@@ -64,8 +66,10 @@ export class Completer {
   /** A failed write waits for its backoff: the claim loop claims meanwhile. */
   #retrying = false
 
-  constructor(driver: Driver, logger: Logger, clock: () => number, stopping: AbortSignal, piggyback?: Piggyback) {
+  /** `runnerId` names the runner in the database errors it publishes (see channels.ts). */
+  constructor(driver: Driver, runnerId: string, logger: Logger, clock: () => number, stopping: AbortSignal, piggyback?: Piggyback) {
     this.#driver = driver
+    this.#runnerId = runnerId
     this.#logger = logger
     this.#clock = clock
     this.#stopping = stopping
@@ -111,6 +115,7 @@ export class Completer {
         })
         return
       } catch (err) {
+        publishDatabaseError(this.#runnerId, 'finish', err)
         if (!isTransient(err)) return this.#writeRefused(batch, err)
         if (this.#stopping.aborted) {
           for (const b of batch) {

@@ -9,6 +9,7 @@ import { isTransient } from './backoff.js'
 import { encodeBatch, type JobSpec, Spec } from './batch.js'
 import { Batcher, type ItemErrors } from './batcher.js'
 import { enqueued, enqueueFailed, startEnqueue, type EnqueueTrace } from './tracing.js'
+import { publishEnqueued } from './channels.js'
 
 /** The handle of a user's own transaction for a driver `D`. */
 export type TxOf<D> = D extends Driver<infer Tx, boolean> ? Tx : never
@@ -130,6 +131,7 @@ export interface Kind<In, D extends Driver = Driver> {
  */
 export class Enqueuer {
   readonly #driver: Driver
+  readonly #runnerId: string
   readonly #clock: () => number
   readonly #wake: () => void
   readonly #scheduled: (runAt: number) => void
@@ -142,9 +144,11 @@ export class Enqueuer {
    * `wake` after a job is stored; `scheduled` with a job's due time, after
    * a job due later is stored; `wakeAll` for a handle's wake() (after a
    * transactional enqueue: the workers and the scheduler look again).
+   * `runnerId` names the runner in what it publishes.
    */
-  constructor(driver: Driver, clock: () => number, wake: () => void, scheduled: (runAt: number) => void, wakeAll: () => void) {
+  constructor(driver: Driver, runnerId: string, clock: () => number, wake: () => void, scheduled: (runAt: number) => void, wakeAll: () => void) {
     this.#driver = driver
+    this.#runnerId = runnerId
     this.#clock = clock
     this.#wake = wake
     this.#scheduled = scheduled
@@ -177,6 +181,7 @@ export class Enqueuer {
     const holder = this.#holders.get(job)
     if (holder !== undefined) return { id: holder, created: false }
     this.#stored(placement)
+    this.#published(kind.name, 1)
     return { id: job.id, created: true }
   }
 
@@ -194,6 +199,11 @@ export class Enqueuer {
   #stored(placement: Placement): void {
     if (placement.runAt !== null) this.#scheduled(placement.runAt)
     this.#wake()
+  }
+
+  /** Tells the enqueue channel, when anything listens, that `count` jobs of `kind` were stored. */
+  #published(kind: string, count: number): void {
+    publishEnqueued(this.#runnerId, kind, count)
   }
 
   /** The typed handle of a kind. */
@@ -222,11 +232,17 @@ export class Enqueuer {
       enqueueManyTx: ((tx: TxOf<D>, payloads: readonly In[], options?: EnqueueOptions) => {
         if (driver.capabilities.txSync) {
           const jobs = this.#sharedJobs('enqueueManyTx', kind, placementOf(options, this.#clock), payloads, true) as NewJob[]
-          return jobs.length === 0 ? [] : idsOf(jobs, driver.jobInsertTx({ tx, jobs, now: this.#clock() }) as InsertResult)
+          if (jobs.length === 0) return []
+          const holders = driver.jobInsertTx({ tx, jobs, now: this.#clock() }) as InsertResult
+          this.#published(name, storedCount(jobs, holders))
+          return idsOf(jobs, holders)
         }
         return (async () => {
           const jobs = await this.#sharedJobs('enqueueManyTx', kind, placementOf(options, this.#clock), payloads, false)
-          return jobs.length === 0 ? [] : idsOf(jobs, await driver.jobInsertTx({ tx, jobs, now: this.#clock() }))
+          if (jobs.length === 0) return []
+          const holders = await driver.jobInsertTx({ tx, jobs, now: this.#clock() })
+          this.#published(name, storedCount(jobs, holders))
+          return idsOf(jobs, holders)
         })()
       }) as Kind<In, D>['enqueueManyTx'],
       enqueueTx: ((tx: TxOf<D>, payload: In, options?: EnqueueOptions) => {
@@ -234,7 +250,9 @@ export class Enqueuer {
         const placement = placementOf(options, this.#clock)
         const traced = startEnqueue(name)
         const make = (text: string): NewJob => ({ id: newJobId(), payload: text, ...fieldsOf(kind, placement, traced?.carried ?? null) })
+        // Published once inserted: the transaction may yet roll back, which nothing here learns of.
         const done = (job: NewJob, holders: InsertResult): string => {
+          this.#published(name, storedCount([job], holders))
           const id = idsOf([job], holders)[0]!
           if (traced !== undefined) enqueued(traced, id, id === job.id)
           return id
@@ -267,6 +285,7 @@ export class Enqueuer {
     if (jobs.length === 0) return []
     const holders = await this.#driver.jobInsertMany({ jobs, now: this.#clock() })
     this.#stored(placement)
+    this.#published(kind.name, storedCount(jobs, holders))
     return idsOf(jobs, holders)
   }
 
@@ -292,7 +311,17 @@ export class Enqueuer {
     })
     if (due !== null) this.#scheduled(due)
     if (created) this.#wake()
+    this.#publishedEach(jobs, outcomes)
     return outcomes
+  }
+
+  /** Publishes the enqueues of a batch of specs, per kind: those it stored. */
+  #publishedEach(jobs: readonly NewJob[], outcomes: readonly UniqueEnqueue[]): void {
+    const byKind = new Map<string, number>()
+    outcomes.forEach((outcome, i) => {
+      if (outcome.created) byKind.set(jobs[i]!.kind, (byKind.get(jobs[i]!.kind) ?? 0) + 1)
+    })
+    for (const [kind, count] of byKind) this.#published(kind, count)
   }
 
   /**
@@ -304,11 +333,17 @@ export class Enqueuer {
     const driver = this.#driver
     if (driver.capabilities.txSync) {
       const jobs = this.#specJobs('enqueueManyTx', specs, true) as NewJob[]
-      return jobs.length === 0 ? [] : outcomesOf(jobs, driver.jobInsertTx({ tx, jobs, now: this.#clock() }) as InsertResult)
+      if (jobs.length === 0) return []
+      const outcomes = outcomesOf(jobs, driver.jobInsertTx({ tx, jobs, now: this.#clock() }) as InsertResult)
+      this.#publishedEach(jobs, outcomes)
+      return outcomes
     }
     return (async () => {
       const jobs = await this.#specJobs('enqueueManyTx', specs, false)
-      return jobs.length === 0 ? [] : outcomesOf(jobs, await driver.jobInsertTx({ tx, jobs, now: this.#clock() }))
+      if (jobs.length === 0) return []
+      const outcomes = outcomesOf(jobs, await driver.jobInsertTx({ tx, jobs, now: this.#clock() }))
+      this.#publishedEach(jobs, outcomes)
+      return outcomes
     })()
   }
 
@@ -386,6 +421,14 @@ function outcomesOf(jobs: readonly NewJob[], holders: InsertResult): UniqueEnque
 function failed(traced: EnqueueTrace, err: unknown): never {
   enqueueFailed(traced, err)
   throw err
+}
+
+/** How many jobs of a batch were stored: those no live job's unique key refused. */
+function storedCount(jobs: readonly NewJob[], holders: InsertResult): number {
+  if (holders === undefined) return jobs.length
+  let stored = 0
+  for (const holder of holders) if (holder === null) stored++
+  return stored
 }
 
 /** Each job's id, or the id of the live job whose unique key refused it. */

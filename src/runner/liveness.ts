@@ -1,6 +1,7 @@
 import type { Driver } from '../driver.js'
 import type { Logger } from '../logger.js'
 import { Backoff, errorCode, isTransient, sleep } from './backoff.js'
+import { publishDatabaseError } from './channels.js'
 
 /** How many times start tries an operation before a transient error fails it (about 1.5 s of backoff). */
 const START_ATTEMPTS = 6
@@ -37,7 +38,7 @@ export class Liveness {
 
   /** Registers the runner and starts the heartbeat. Rejects, registering nothing, when the database refuses. */
   async start(): Promise<void> {
-    await retryTransient(() => this.#register())
+    await retryTransient(() => this.#register(), (err) => publishDatabaseError(this.#runnerId, 'start', err))
     const { heartbeatMs } = this.#driver.capabilities.liveness
     if (heartbeatMs === null) return
     this.#timer = setInterval(() => void this.#heartbeat(), heartbeatMs)
@@ -77,6 +78,7 @@ export class Liveness {
       this.#logger.warn({}, 'runner lease was lost; its running jobs may have been failed as interrupted; registering again')
       await this.#register()
     } catch (err) {
+      publishDatabaseError(this.#runnerId, 'heartbeat', err)
       this.#logger.error({ error: errorCode(err) }, 'renew runner lease failed; retrying at the next heartbeat')
     }
   }
@@ -85,14 +87,16 @@ export class Liveness {
 /**
  * Runs `op`, retrying a transient database error a few times with
  * backoff: another process busy on a shared SQLite file, or a connection
- * being re-established, should not make a start fail.
+ * being re-established, should not make a start fail. `failed` is told
+ * of every error, the last one included.
  */
-export async function retryTransient<T>(op: () => Promise<T>): Promise<T> {
+export async function retryTransient<T>(op: () => Promise<T>, failed?: (err: unknown) => void): Promise<T> {
   const backoff = new Backoff()
   for (let attempt = 1; ; attempt++) {
     try {
       return await op()
     } catch (err) {
+      failed?.(err)
       if (!isTransient(err) || attempt >= START_ATTEMPTS) throw err
       await sleep(backoff.next())
     }

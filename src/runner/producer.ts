@@ -1,4 +1,3 @@
-import diagnostics from 'node:diagnostics_channel'
 import type { ClaimedJob, ClaimParams, Driver, JobFinish } from '../driver.js'
 import { JobFailure, JobNotRunningError, JobSnooze } from '../errors.js'
 import { CODE_INTERNAL, CODE_TIMEOUT, finalWriteSignal } from '../job.js'
@@ -6,21 +5,23 @@ import type { JobContext, Outcome, RegisteredKind } from '../kind.js'
 import type { Logger } from '../logger.js'
 import { Backoff, errorCode, isTransient, sleep } from './backoff.js'
 import type { ClaimGate } from './claim-gate.js'
+import {
+  claimErrorChannel,
+  type ClaimErrorMessage,
+  type EndStatus,
+  jobEndChannel,
+  type JobEndMessage,
+  jobPublishChannel,
+  type JobPublishMessage,
+  jobStartChannel,
+  type JobStartMessage,
+} from './channels.js'
 import { Completer, type Piggyback } from './completer.js'
 import { endRun, startRun, withinRun, type RunEnd, type RunTrace } from './tracing.js'
 
 /** How a run that recorded nothing ends its span: the next start fails the job as interrupted, or queues it again. */
 const NOT_RECORDED: RunEnd = { outcome: 'interrupted' }
 const SUCCEEDED: RunEnd = { outcome: 'succeeded' }
-
-/** Published when a handler starts: `{ runnerId, jobId, kind }`. */
-export const jobStartChannel = diagnostics.channel('jobtable:job:start')
-/** Published when a job's final write has landed or been given up: `{ runnerId, jobId, kind, status, error }`, status one of succeeded, failed, cancelled, or retry (back to the queue: a retry or a snooze). */
-export const jobEndChannel = diagnostics.channel('jobtable:job:end')
-/** Published when a handler's partial result has been stored: `{ runnerId, jobId, kind }`. */
-export const jobPublishChannel = diagnostics.channel('jobtable:job:publish')
-/** Published when a claim fails: `{ runnerId, error, transient }`. */
-export const claimErrorChannel = diagnostics.channel('jobtable:claim:error')
 
 /** One job a worker runs: its own controller, so one job can be aborted without the others. */
 interface Execution {
@@ -38,6 +39,9 @@ interface Execution {
   lingering: Promise<void> | undefined
   /** Set when its cancellation was requested: its signal is aborted, and its final write records it cancelled. */
   cancelled: boolean
+  /** The runner's clock when its handler started, and when it ended (returned, threw, or passed its deadline). */
+  startedAt: number
+  endedAt: number | undefined
   done: Promise<void>
 }
 
@@ -118,7 +122,7 @@ export class Producer implements Piggyback {
     this.#timeoutGraceMs = options.timeoutGraceMs
     this.#scheduled = options.scheduled
     this.#idle = options.workers
-    this.#completer = new Completer(options.driver, options.logger, options.clock, this.#stopping.signal, this)
+    this.#completer = new Completer(options.driver, options.runnerId, options.logger, options.clock, this.#stopping.signal, this)
   }
 
   /** Starts claiming; a producer without kinds claims nothing. */
@@ -270,7 +274,7 @@ export class Producer implements Piggyback {
         this.#loopClaimFor = 0
         if (stopping.aborted) break
         const transient = isTransient(err)
-        if (claimErrorChannel.hasSubscribers) claimErrorChannel.publish({ runnerId: this.#runnerId, error: errorCode(err), transient })
+        if (claimErrorChannel.hasSubscribers) claimErrorChannel.publish({ runnerId: this.#runnerId, error: errorCode(err), transient } satisfies ClaimErrorMessage)
         if (!transient) {
           this.#onFatal(err)
           break
@@ -308,7 +312,18 @@ export class Producer implements Piggyback {
   /** Starts a claimed job on an idle worker; when it ends, the worker looks for work again. */
   #start(job: ClaimedJob): void {
     this.#idle--
-    const execution: Execution = { job, controller: undefined, returned: false, abandoned: false, lingering: undefined, cancelled: false, done: Promise.resolve() }
+    const execution: Execution = {
+      job,
+      controller: undefined,
+      returned: false,
+      abandoned: false,
+      lingering: undefined,
+      cancelled: false,
+      // One clock reading per start and end, whether or not anything listens: an end reports its duration even to a subscriber that came after the start.
+      startedAt: this.#clock(),
+      endedAt: undefined,
+      done: Promise.resolve(),
+    }
     execution.done = this.#run(execution)
       .catch(() => {
         // #run handles every outcome itself; reaching here is a jobtable bug, and its text may quote job data.
@@ -339,7 +354,10 @@ export class Producer implements Piggyback {
       this.#logger.error(fields, 'claimed a job of a kind this runner has no handler for; putting it back')
       return this.#release([job])
     }
-    if (jobStartChannel.hasSubscribers) jobStartChannel.publish({ runnerId: this.#runnerId, jobId: job.id, kind: job.kind })
+    if (jobStartChannel.hasSubscribers) {
+      const waitMs = Math.max(0, execution.startedAt - job.readyAt)
+      jobStartChannel.publish({ runnerId: this.#runnerId, jobId: job.id, kind: job.kind, waitMs } satisfies JobStartMessage)
+    }
     // Undefined without an OpenTelemetry SDK: no span, and the handler runs in the context it always did.
     const traced = startRun(job)
     let settled = false
@@ -361,7 +379,7 @@ export class Producer implements Piggyback {
         const result = kind.project(partial)
         const applied = await this.#driver.jobPublish({ id: job.id, attempt: job.attempt, result, now: this.#clock() })
         if (!applied) throw new JobNotRunningError('publish result')
-        if (jobPublishChannel.hasSubscribers) jobPublishChannel.publish({ runnerId: this.#runnerId, jobId: job.id, kind: job.kind })
+        if (jobPublishChannel.hasSubscribers) jobPublishChannel.publish({ runnerId: this.#runnerId, jobId: job.id, kind: job.kind } satisfies JobPublishMessage)
       },
       fail: (code) => {
         throw new JobFailure<string>(code)
@@ -375,6 +393,7 @@ export class Producer implements Piggyback {
     let end = NOT_RECORDED
     try {
       const outcome = await this.#runBounded(execution, kind, ctx, () => (settled = true), traced)
+      execution.endedAt = this.#clock()
       settled = true
       end = await this.#record(execution, kind, outcome)
     } catch (err) {
@@ -410,7 +429,7 @@ export class Producer implements Piggyback {
     }
     if ('snoozeMs' in outcome) {
       this.#logger.debug({ ...fields, snooze_ms: outcome.snoozeMs }, 'job snoozed')
-      await this.#finish(execution, { status: 'retry', result: null, error: null, runAt: this.#clock() + outcome.snoozeMs, grant: 1 })
+      await this.#finish(execution, { status: 'retry', result: null, error: null, runAt: this.#clock() + outcome.snoozeMs, grant: 1 }, 'snoozed')
       return { outcome: 'snoozed' }
     }
     if (this.#stopping.signal.aborted) {
@@ -421,7 +440,7 @@ export class Producer implements Piggyback {
     if (kind.retries(outcome.code) && job.attempt < job.maxAttempts) {
       const runAt = this.#clock() + kind.backoffMs(job.attempt)
       this.#logger.info({ ...logged, run_at: runAt }, 'job failed; retrying')
-      await this.#finish(execution, { status: 'retry', result: null, error: null, runAt, grant: 0 })
+      await this.#finish(execution, { status: 'retry', result: null, error: null, runAt, grant: 0 }, 'retry', outcome.code)
       return { outcome: 'retry', code: outcome.code }
     }
     if (outcome.code === CODE_INTERNAL || outcome.code === CODE_TIMEOUT) this.#logger.error(logged, 'job failed')
@@ -478,15 +497,22 @@ export class Producer implements Piggyback {
     return { code: CODE_TIMEOUT, reason: 'deadline passed' }
   }
 
-  /** Makes the final write; `reported` is the status the end channel tells (a cancelled job's write reads its request in the database). */
-  async #finish({ job, lingering }: Execution, end: Omit<JobFinish, 'id' | 'attempt'>, reported: string = end.status): Promise<void> {
+  /**
+   * Makes the final write; `reported` is the status the end channel tells
+   * (a cancelled job's write reads its request in the database), `code`
+   * the failure behind it.
+   */
+  async #finish(execution: Execution, end: Omit<JobFinish, 'id' | 'attempt'>, reported: EndStatus = end.status, code: string | null = end.error): Promise<void> {
+    const { job, lingering } = execution
     // A handler still running past its deadline keeps its slot (see #start): its final write claims nothing for it.
     const outcome = await this.#completer.finish({ id: job.id, attempt: job.attempt, ...end }, job.kind, lingering === undefined)
     // A write given up leaves the job running under this runner: still held, so a lost-claim recovery never queues it again.
     if (outcome !== 'given_up') this.#gate.held.delete(job.id)
     if (outcome === 'applied' && end.status === 'retry' && end.runAt !== null) this.#scheduled(end.runAt)
     if (jobEndChannel.hasSubscribers) {
-      jobEndChannel.publish({ runnerId: this.#runnerId, jobId: job.id, kind: job.kind, status: reported, error: end.error })
+      const durationMs = Math.max(0, (execution.endedAt ?? this.#clock()) - execution.startedAt)
+      const message: JobEndMessage = { runnerId: this.#runnerId, jobId: job.id, kind: job.kind, status: reported, error: end.error, code, durationMs }
+      jobEndChannel.publish(message)
     }
   }
 }

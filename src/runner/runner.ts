@@ -11,6 +11,7 @@ import { Schedule, type ScheduleDefinition } from '../schedule.js'
 import { errorCode } from './backoff.js'
 import { ClaimGate } from './claim-gate.js'
 import type { JobSpec } from './batch.js'
+import { publishDatabaseError } from './channels.js'
 import { type EnqueueOptions, Enqueuer, type Kind, placementOf, type TxOf, type TxResult, type UniqueEnqueue } from './enqueue.js'
 import { Liveness, retryTransient } from './liveness.js'
 import { Maintenance } from './maintenance/index.js'
@@ -21,7 +22,22 @@ import { Producer } from './producer.js'
 export type { JobSpec } from './batch.js'
 export type { EnqueueOptions, Kind, TxOf, TxResult, UniqueEnqueue } from './enqueue.js'
 export type { KindRetention, PruneOptions, RetentionAge, RetentionByStatus, RetentionOptions } from './retention-rules.js'
-export { claimErrorChannel, jobEndChannel, jobPublishChannel, jobStartChannel } from './producer.js'
+export {
+  claimErrorChannel,
+  databaseErrorChannel,
+  jobEndChannel,
+  jobEnqueueChannel,
+  jobPublishChannel,
+  jobStartChannel,
+  type ClaimErrorMessage,
+  type DatabaseErrorMessage,
+  type DatabaseOperation,
+  type EndStatus,
+  type JobEndMessage,
+  type JobEnqueueMessage,
+  type JobPublishMessage,
+  type JobStartMessage,
+} from './channels.js'
 
 /** Options of a Runner. Each default is given beside its field; unknown keys are refused (ConfigError). */
 export interface RunnerOptions<D extends Driver> {
@@ -184,7 +200,7 @@ export class Runner<D extends Driver = Driver> {
     this.#onFatal = onFatal
     this.#timeoutGraceMs = timeoutGraceMs
     this.#gate = new ClaimGate(driver, this.id, clock)
-    this.#enqueuer = new Enqueuer(driver, clock, () => this.#producer?.wake(), (due) => this.#maintenance?.scheduler.noteDue(due), () => this.wake())
+    this.#enqueuer = new Enqueuer(driver, this.id, clock, () => this.#producer?.wake(), (due) => this.#maintenance?.scheduler.noteDue(due), () => this.wake())
   }
 
   /** The driver this runner uses. */
@@ -304,10 +320,22 @@ export class Runner<D extends Driver = Driver> {
     return this.#enqueuer.enqueueManyTx(tx, specs) as TxResult<D, UniqueEnqueue[]>
   }
 
-  /** What a known kind allows, or undefined for a kind not registered here. */
-  kind(name: string): { readonly name: string; readonly enqueueOverHttp: boolean; readonly handled: boolean } | undefined {
+  /** What a known kind allows, with the failure codes it declared, or undefined for a kind not registered here. */
+  kind(name: string): { readonly name: string; readonly enqueueOverHttp: boolean; readonly handled: boolean; readonly failures: readonly string[] } | undefined {
     const registered = this.#kinds.get(name)
-    return registered && { name, enqueueOverHttp: registered.enqueueOverHttp, handled: registered.handler !== undefined }
+    return registered && { name, enqueueOverHttp: registered.enqueueOverHttp, handled: registered.handler !== undefined, failures: registered.failures }
+  }
+
+  /**
+   * How many of this runner's workers run a handler now (`busy`, a
+   * handler past its deadline that has not returned included: it keeps
+   * its worker) and how many wait for work (`idle`). Both are 0 before
+   * start(); once stopping, `idle` is 0 (a stopping runner takes no work)
+   * and `busy` counts the handlers it still waits for.
+   */
+  workerCounts(): { readonly busy: number; readonly idle: number } {
+    const busy = this.#producer?.running ?? 0
+    return { busy, idle: this.#state === 'started' && this.#producer !== undefined ? Math.max(0, this.#workers - busy) : 0 }
   }
 
   /** Every kind registered here, in registration order, with its payload schema. */
@@ -374,7 +402,7 @@ export class Runner<D extends Driver = Driver> {
       await liveness.start()
       try {
         // Fails only the jobs of runners proven gone (logged with their count).
-        await retryTransient(() => maintenance.sweepNow())
+        await retryTransient(() => maintenance.sweepNow(), (err) => publishDatabaseError(this.id, 'start', err))
       } catch (err) {
         await liveness.stop()
         throw err

@@ -13,6 +13,7 @@ import type {
   JobRow,
   NewJob,
   InsertResult,
+  QueueCount,
 } from '../driver.js'
 import { hasUniqueKey } from '../driver.js'
 import { ConfigError, DatabaseError } from '../errors.js'
@@ -125,6 +126,7 @@ export class SqliteDriver implements Driver<SqliteDatabase, true> {
   readonly #nextDue: Database.Statement
   readonly #prune: Database.Statement
   readonly #finishedKinds: Database.Statement
+  readonly #queueCounts: Database.Statement
   readonly #sweep: (gone: readonly string[], runnerId: string, error: string, now: number) => { failed: number; requeued: number }
   readonly #locks: RunnerLocks
   readonly #pollIntervalMs: number
@@ -225,6 +227,7 @@ export class SqliteDriver implements Driver<SqliteDatabase, true> {
     this.#nextDue = this.#reader.prepare(sql.nextDue)
     this.#prune = this.#writer.prepare(sql.pruneJobs)
     this.#finishedKinds = this.#reader.prepare(sql.finishedKinds)
+    this.#queueCounts = this.#reader.prepare(sql.queueCounts)
     this.#locks = new RunnerLocks(this.#writer.memory ? null : this.#writer.name)
     this.#sweep = this.#writer.transaction((gone: readonly string[], runnerId: string, error: string, now: number) => {
       for (const id of gone) this.#deleteRunner.run({ runnerId: id })
@@ -514,6 +517,10 @@ export class SqliteDriver implements Driver<SqliteDatabase, true> {
 
   async queueNextDue(_params: { now: number }): Promise<number | null> {
     return run('read next due time', () => (this.#nextDue.get() as { due: number | null }).due)
+  }
+
+  async queueCounts({ limit }: { limit: number }): Promise<QueueCount[]> {
+    return run('count live jobs', () => (this.#queueCounts.all({ limit }) as QueueCount[]).filter((c) => c.count > 0))
   }
 
   async queueUnservedKinds(_params: { now: number }): Promise<string[]> {

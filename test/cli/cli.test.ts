@@ -10,6 +10,7 @@ import { sqlite } from 'jobtable/sqlite'
 import pg from 'pg'
 import { describeDatabase } from '../../src/cli/database.js'
 import { PG_URL, postgresSkipReason, testSchema } from '../support/backends.js'
+import { samplesOf } from '../support/prometheus.js'
 import { registerKinds } from './fixtures/kinds.js'
 
 const KINDS = 'test/cli/fixtures/kinds.ts'
@@ -234,6 +235,65 @@ describe('jobtable command', () => {
     c.proc.kill('SIGTERM')
     expect(await c.exit).toBe(0)
     expect(logLines(c).at(-1)!.msg).toBe('stopped')
+  })
+
+  it('serve --metrics answers GET /metrics on the API listener with the runner’s and the process’s metrics; --metrics-port moves them to a listener of their own', async () => {
+    const { c, url } = await serveCli(['--metrics'])
+    const [, at] = await c.waitFor(/metrics at (http:\/\/\S+)\n/)
+    expect(at).toBe(`${url}/metrics`)
+    const created = await fetch(`${url}/api/v1/jobs`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ kind: 'echo', payload: { text: MARKER } }) })
+    const { id } = (await created.json()) as { id: string }
+    const m = await pollWhileUp(
+      c,
+      async () => samplesOf(await (await fetch(at!)).text()),
+      (m) => m.value('jobtable_jobs_finished_total', { kind: 'echo', status: 'succeeded' }) === 1,
+    )
+    expect(m.value('jobtable_jobs_enqueued_total', { kind: 'echo' })).toBe(1)
+    expect(m.all('process_cpu_user_seconds_total')).toHaveLength(1)
+    expect(JSON.stringify(m.samples)).not.toContain(MARKER)
+    expect(JSON.stringify(m.samples)).not.toContain(id)
+    c.proc.kill('SIGTERM')
+    expect(await c.exit).toBe(0)
+
+    const own = cli(['serve', '--kinds', KINDS, '--port', '0', '--metrics-port', '0', '-d', join(dir, 'own.db')])
+    const [, ownAt] = await own.waitFor(/metrics at (http:\/\/\S+)\n/)
+    const [, apiUrl] = await own.waitFor(/API at (http:\/\/[^/\s]+)\/api\/v1\/jobs/)
+    expect(ownAt).not.toBe(`${apiUrl}/metrics`)
+    expect((await fetch(ownAt!)).status).toBe(200)
+    expect((await fetch(`${apiUrl}/metrics`)).status).toBe(404)
+    expect((await fetch(ownAt!.replace(/\/metrics$/, '/api/v1/jobs'))).status).toBe(404)
+    own.proc.kill('SIGTERM')
+    expect(await own.exit).toBe(0)
+  })
+
+  it('worker --metrics-port serves metrics behind the tokens of --tokens-file for --metrics-scope; metrics flags that cannot hold are usage errors (exit 2)', async () => {
+    const tokens = join(dir, 'tokens.json')
+    writeFileSync(tokens, JSON.stringify({ [TOKEN]: 'household-1', 'monitoring-token-0123456789': 'monitoring' }), { mode: 0o600 })
+    const db = join(dir, 'worker-metrics.db')
+    const w = cli(['worker', '--kinds', KINDS, '-d', db, '--metrics-port', '0', '--metrics-host', '0.0.0.0', '--tokens-file', tokens, '--metrics-scope', 'monitoring'])
+    const [, at] = await w.waitFor(/metrics at (http:\/\/\S+)\n/)
+    const local = at!.replace('0.0.0.0', '127.0.0.1')
+    expect((await fetch(local)).status).toBe(401)
+    expect((await fetch(local, { headers: { authorization: `Bearer ${TOKEN}` } })).status).toBe(403)
+    const ok = await fetch(local, { headers: { authorization: 'Bearer monitoring-token-0123456789' } })
+    expect(ok.status).toBe(200)
+    expect(samplesOf(await ok.text()).value('jobtable_workers', { state: 'idle' })).toBe(4)
+    w.proc.kill('SIGTERM')
+    expect(await w.exit).toBe(0)
+
+    for (const args of [
+      ['serve', '--kinds', KINDS, '--metrics-port', '0', '--metrics-host', '0.0.0.0'],
+      ['serve', '--kinds', KINDS, '--metrics-host', '127.0.0.1'],
+      ['serve', '--kinds', KINDS, '--metrics', '--tokens-file', tokens],
+      ['serve', '--kinds', KINDS, '--metrics-scope', 'monitoring'],
+      ['serve', '--kinds', KINDS, '--metrics-port', '70000'],
+      ['worker', '--kinds', KINDS, '--tokens-file', tokens],
+      ['worker', '--kinds', KINDS, '--metrics'],
+    ]) {
+      const c = cli([...args, '-d', join(dir, 'bad.db')])
+      expect(await c.exit, args.join(' ')).toBe(2)
+      expect(c.stderr, args.join(' ')).toMatch(/^jobtable: /)
+    }
   })
 
   it('worker: --stop-timeout ends the stop of a handler that ignores its signal, exit 0, its job left running for the next start to fail as interrupted', async () => {

@@ -84,7 +84,7 @@ describeEachBackend('deployments', (backend) => {
       txId = b.enqueueTx(tx as never, { n: 4 })
       return txId
     }, 'commit')
-    expect(web.kind('b')).toEqual({ name: 'b', enqueueOverHttp: false, handled: false })
+    expect(web.kind('b')).toEqual({ name: 'b', enqueueOverHttp: false, handled: false, failures: ['too_big'] })
     expect((await web.get(id, { scope: 'h1' })).status).toBe('queued')
     const listed = (await web.list()).jobs.map((j) => j.id)
     expect(listed).toHaveLength(4)

@@ -327,7 +327,7 @@ describeEachBackend('retries, snooze, and fencing across attempts', (backend) =>
       priority: 0,
       runAt: T0 + 5000,
     } satisfies Job)
-    expect(s.ends.of(id)).toEqual([{ status: 'retry', error: null }])
+    expect(s.ends.of(id)).toEqual([{ status: 'snoozed', error: null }])
     s.clock.now = T0 + 4999
     expect(await s.notRunAgain(id)).toMatchObject({ status: 'scheduled', attempt: 1 })
     s.clock.now = T0 + 5000

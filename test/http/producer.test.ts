@@ -17,7 +17,7 @@ describe('HTTP API of a producer (a runner with definitions only, never started)
     const web = h.runner()
     web.register(exposed)
     web.register(internal)
-    expect(web.kind('k')).toEqual({ name: 'k', enqueueOverHttp: true, handled: false })
+    expect(web.kind('k')).toEqual({ name: 'k', enqueueOverHttp: true, handled: false, failures: [] })
     const api = await s.serve(web)
 
     const created = await api.post({ kind: 'k', payload: { n: 21 } })

@@ -97,7 +97,7 @@ describe.skipIf(skip !== undefined)('postgres: schema and migrations', () => {
     expect((await admin.query(`SELECT max(version) AS v FROM "${schema}".migrations`)).rows[0].v).toBe(SCHEMA_VERSION)
   })
 
-  it("migration 12 makes claim_jobs return each job's trace context, the function otherwise as migration 10 made it", async () => {
+  it("migration 12 makes claim_jobs return each job's trace context and ready time, the function otherwise as migration 10 made it", async () => {
     const client = await admin.connect()
     const definition = async () =>
       (await client.query<{ def: string }>(`SELECT pg_get_functiondef(to_regproc($1)) AS def`, [`"${schema}".claim_jobs`])).rows[0]!.def
@@ -109,11 +109,40 @@ describe.skipIf(skip !== undefined)('postgres: schema and migrations', () => {
       expect(after).not.toBe(before)
       expect(after).toBe(
         before
-          .replace('c_timeout_ms integer)', 'c_timeout_ms integer, c_trace_context text)')
-          .replace('j.max_attempts, j.timeout_ms\n', 'j.max_attempts, j.timeout_ms, j.trace_context\n'),
+          .replace('c_timeout_ms integer)', 'c_timeout_ms integer, c_trace_context text, c_ready_at bigint)')
+          .replace('j.max_attempts, j.timeout_ms\n', 'j.max_attempts, j.timeout_ms, j.trace_context, greatest(j.created_at, j.run_at)\n'),
       )
     } finally {
       client.release()
+    }
+  })
+
+  it('migration 12 makes the claim return when each job became claimable, and a claim prepared by a runner of version 11 still runs across it', async () => {
+    const client = await admin.connect()
+    try {
+      await migrateSchema(client, `"${schema}"`, 11)
+      await client.query(`INSERT INTO "${schema}".jobs (id, kind, payload, created_at, updated_at, run_at) VALUES ('now', 'echo', '{}', 6, 6, NULL), ('late', 'echo', '{}', 5, 5, 9), ('early', 'echo', '{}', 7, 7, 3)`)
+      // Version 11's claim statement, prepared on this connection before the migration, as a runner left running through a rolling deploy holds it.
+      const old = {
+        name: 'claim_v11',
+        text: `SELECT c_seq AS seq, c_id AS id, c_kind AS kind, c_payload AS payload, c_attempt AS attempt,
+                      c_max_attempts AS "maxAttempts", c_timeout_ms AS "timeoutMs"
+                 FROM "${schema}".claim_jobs($1::text[], $2::integer[], $3::integer[], $4::integer, $5::text, $6::bigint)`,
+      }
+      await client.query({ ...old, values: [['none'], [null], [null], 1, 'r0', 10] })
+      await migrateSchema(client, `"${schema}"`)
+      const claimed = await client.query({ ...old, values: [['echo'], [null], [null], 1, 'r1', 10] })
+      expect(claimed.rows.map((r) => r.id)).toEqual(['now'])
+    } finally {
+      client.release()
+    }
+    const driver = postgres({ connectionString: PG_URL, schema })
+    try {
+      const jobs = await driver.jobClaim({ limit: 10, runnerId: 'r2', kinds: ['echo'], now: 10 })
+      // Its due time, or its enqueue when it had none or was due before it.
+      expect(jobs.map((j) => [j.id, j.readyAt])).toEqual([['late', 9], ['early', 7]])
+    } finally {
+      await driver.close()
     }
   })
 

@@ -9,7 +9,7 @@ interface JobEndMessage {
 
 /**
  * Counts every final write a runner reports per job, a retry or a snooze
- * included (status 'retry'), where `track` keeps only whether a job ended
+ * included (status 'retry' or 'snoozed'), where `track` keeps only whether a job ended
  * at all: a test of retries waits for the nth end of one job.
  */
 export function endsOf(runner: Runner) {
@@ -27,7 +27,7 @@ export function endsOf(runner: Runner) {
   }
   jobEndChannel.subscribe(onEnd)
   return {
-    /** The final writes of a job so far, in order: `{ status: 'retry' | 'succeeded' | 'failed', error }`. */
+    /** The final writes of a job so far, in order: `{ status: 'retry' | 'snoozed' | 'succeeded' | 'failed', error }`. */
     of: (id: string) => ends.get(id) ?? [],
     /** Resolves once the job has had n final writes on this runner. */
     async nth(id: string, n: number): Promise<void> {

@@ -1,7 +1,7 @@
 import type { Driver } from 'jobtable'
 import { DatabaseError } from 'jobtable'
 
-type Method = 'jobInsertMany' | 'jobClaim' | 'jobPublish' | 'jobFinishMany' | 'jobFailInterrupted' | 'jobGet' | 'jobRelease'
+type Method = 'jobInsertMany' | 'jobClaim' | 'jobPublish' | 'jobFinishMany' | 'jobFailInterrupted' | 'jobGet' | 'jobRelease' | 'queueCounts'
 
 /**
  * Wraps a real driver to inject faults: every call goes to the real
@@ -9,7 +9,7 @@ type Method = 'jobInsertMany' | 'jobClaim' | 'jobPublish' | 'jobFinishMany' | 'j
  */
 export class FaultyDriver {
   readonly calls: Record<string, number> = {}
-  readonly #rules: { method: Method; shouldFail: (call: number, args: unknown[]) => boolean; error: () => unknown }[] = []
+  readonly #rules: { method: Method; shouldFail: (call: number, args: unknown[]) => boolean; error: () => unknown; later?: boolean }[] = []
   readonly driver: Driver
 
   constructor(real: Driver) {
@@ -22,7 +22,11 @@ export class FaultyDriver {
           const name = prop === 'jobFinishManyAndClaim' ? 'jobFinishMany' : String(prop)
           const call = (this.calls[name] = (this.calls[name] ?? 0) + 1)
           for (const rule of this.#rules) {
-            if (rule.method === name && rule.shouldFail(call, args)) return Promise.reject(rule.error())
+            if (rule.method === name && rule.shouldFail(call, args)) {
+              // `later`: as a database answers, after a turn of the event loop, not in the same one.
+              if (rule.later) return new Promise((_, reject) => setImmediate(() => reject(rule.error())))
+              return Promise.reject(rule.error())
+            }
           }
           const hold = this.#holds.get(name)
           let result: unknown
@@ -66,10 +70,10 @@ export class FaultyDriver {
     return new Promise((entered) => this.#holds.set(method, { until, entered }))
   }
 
-  /** Fails the nth call of method from now, once. */
-  failNth(method: Method, n: number, error: () => unknown = busy): void {
+  /** Fails the nth call of method from now, once; with `later`, after a turn of the event loop, as a database would. */
+  failNth(method: Method, n: number, error: () => unknown = busy, options: { later?: boolean } = {}): void {
     const target = (this.calls[method] ?? 0) + n
-    this.#rules.push({ method, shouldFail: (call) => call === target, error })
+    this.#rules.push({ method, shouldFail: (call) => call === target, error, later: options.later })
   }
 
   /** Fails every call of method whose params object satisfies the predicate. */

@@ -15,8 +15,8 @@ export class CancelWatch extends Periodic {
   readonly #running: () => number
   readonly #cancel: (ids: readonly string[]) => void
 
-  constructor(driver: Driver, runnerId: string, logger: Logger, running: () => number, cancel: (ids: readonly string[]) => void) {
-    super(driver.capabilities.pollMs, logger)
+  constructor(driver: Driver, runnerId: string, logger: Logger, running: () => number, cancel: (ids: readonly string[]) => void, failed?: (err: unknown) => void) {
+    super(driver.capabilities.pollMs, logger, failed)
     this.#driver = driver
     this.#runnerId = runnerId
     this.#running = running

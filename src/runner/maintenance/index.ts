@@ -1,5 +1,6 @@
 import type { Driver } from '../../driver.js'
 import type { Logger } from '../../logger.js'
+import { publishDatabaseError, publishEnqueued } from '../channels.js'
 import type { ClaimGate } from '../claim-gate.js'
 import { InterruptedSweep } from './interrupted.js'
 import { CancelWatch } from './cancel-watch.js'
@@ -48,14 +49,16 @@ export class Maintenance {
     prepare: (schedule: Schedule, tick: number) => Promise<NewJob>
   }) {
     const { driver, runnerId, gate, unknownKindGraceMs, retention, logger, clock, wake, running, cancel, schedules, prepare } = options
-    this.#interrupted = new InterruptedSweep(driver, runnerId, logger, clock)
-    this.scheduler = new Scheduler(driver, logger, clock, wake)
-    this.cancels = new CancelWatch(driver, runnerId, logger, running, cancel)
-    this.recurring = new RecurringJobs({ driver, schedules, prepare, logger, clock, stored: wake })
+    // Every chore's failed pass is published as a database error of the runner's maintenance.
+    const failed = (err: unknown) => publishDatabaseError(runnerId, 'maintenance', err)
+    this.#interrupted = new InterruptedSweep(driver, runnerId, logger, clock, failed)
+    this.scheduler = new Scheduler(driver, logger, clock, wake, failed)
+    this.cancels = new CancelWatch(driver, runnerId, logger, running, cancel, failed)
+    this.recurring = new RecurringJobs({ driver, schedules, prepare, logger, clock, stored: wake, failed, enqueued: (kind) => publishEnqueued(runnerId, kind, 1) })
     this.#services = [
       this.#interrupted,
-      new LostClaimRecovery(gate, driver.capabilities.liveness.sweepMs, logger),
-      new UnservedKinds(driver, unknownKindGraceMs, logger, clock),
+      new LostClaimRecovery(gate, driver.capabilities.liveness.sweepMs, logger, failed),
+      new UnservedKinds(driver, unknownKindGraceMs, logger, clock, failed),
       this.scheduler,
       this.cancels,
       this.recurring,

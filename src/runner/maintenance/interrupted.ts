@@ -16,8 +16,8 @@ export class InterruptedSweep extends Periodic {
   readonly #runnerId: string
   readonly #clock: () => number
 
-  constructor(driver: Driver, runnerId: string, logger: Logger, clock: () => number) {
-    super(driver.capabilities.liveness.sweepMs, logger)
+  constructor(driver: Driver, runnerId: string, logger: Logger, clock: () => number, failed?: (err: unknown) => void) {
+    super(driver.capabilities.liveness.sweepMs, logger, failed)
     this.#driver = driver
     this.#runnerId = runnerId
     this.#clock = clock

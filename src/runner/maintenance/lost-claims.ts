@@ -12,8 +12,8 @@ export class LostClaimRecovery extends Periodic {
   protected readonly what = 'recover lost claims'
   readonly #gate: ClaimGate
 
-  constructor(gate: ClaimGate, intervalMs: number, logger: Logger) {
-    super(intervalMs, logger)
+  constructor(gate: ClaimGate, intervalMs: number, logger: Logger, failed?: (err: unknown) => void) {
+    super(intervalMs, logger, failed)
     this.#gate = gate
   }
 

@@ -10,12 +10,15 @@ import { errorCode } from '../backoff.js'
 export abstract class Periodic {
   readonly #intervalMs: number
   protected readonly logger: Logger
+  readonly #failed: ((err: unknown) => void) | undefined
   #timer: NodeJS.Timeout | undefined
   #pass: Promise<void> | undefined
 
-  constructor(intervalMs: number, logger: Logger) {
+  /** `failed` is told of each failed pass's error (the runner publishes it, see channels.ts). */
+  constructor(intervalMs: number, logger: Logger, failed?: (err: unknown) => void) {
     this.#intervalMs = intervalMs
     this.logger = logger
+    this.#failed = failed
   }
 
   /** What this chore is, for the log line of a failed pass. */
@@ -32,7 +35,10 @@ export abstract class Periodic {
   /** Runs a pass now, or waits for the one under way. Never rejects. */
   tick(): Promise<void> {
     this.#pass ??= this.pass()
-      .catch((err: unknown) => this.logger.error({ error: errorCode(err) }, `${this.what} failed; retrying at the next pass`))
+      .catch((err: unknown) => {
+        this.#failed?.(err)
+        this.logger.error({ error: errorCode(err) }, `${this.what} failed; retrying at the next pass`)
+      })
       .finally(() => (this.#pass = undefined))
     return this.#pass
   }

@@ -31,6 +31,8 @@ export class RecurringJobs {
   readonly #logger: Logger
   readonly #clock: () => number
   readonly #stored: () => void
+  readonly #failed: ((err: unknown) => void) | undefined
+  readonly #enqueued: ((kind: string) => void) | undefined
   readonly #pollMs: number
   #timer: NodeJS.Timeout | undefined
   #pass: Promise<void> | undefined
@@ -40,7 +42,12 @@ export class RecurringJobs {
   #armedAt: number | undefined
   #fired = false
 
-  /** `prepare` makes a tick's job (validating its payload); `stored` is called after a pass stored any. */
+  /**
+   * `prepare` makes a tick's job (validating its payload); `stored` is
+   * called after a pass stored any, `enqueued` with the kind of each job
+   * stored, `failed` with a failed pass's error (the runner publishes
+   * both, see channels.ts).
+   */
   constructor(options: {
     driver: Driver
     schedules: readonly Schedule[]
@@ -48,6 +55,8 @@ export class RecurringJobs {
     logger: Logger
     clock: () => number
     stored: () => void
+    failed?: (err: unknown) => void
+    enqueued?: (kind: string) => void
   }) {
     this.#driver = options.driver
     this.#schedules = options.schedules
@@ -56,6 +65,8 @@ export class RecurringJobs {
     this.#logger = options.logger
     this.#clock = options.clock
     this.#stored = options.stored
+    this.#failed = options.failed
+    this.#enqueued = options.enqueued
     this.#pollMs = options.driver.capabilities.pollMs
   }
 
@@ -90,6 +101,7 @@ export class RecurringJobs {
       } while (this.#again && !this.#stopped)
       delay = this.#untilNextTick()
     } catch (err) {
+      this.#failed?.(err)
       this.#logger.error({ error: errorCode(err) }, 'enqueueing recurring jobs failed; retrying at the next poll')
       delay = this.#pollMs
     }
@@ -160,7 +172,9 @@ export class RecurringJobs {
       this.#logger.error({ schedule: schedule.name, kind: schedule.kind, error: code }, 'a recurring job could not be made; its tick is passed over')
     }
     const moved = await this.#driver.scheduleAdvance({ name: schedule.name, tickAt: tick, jobs: job === undefined ? [] : [job], now })
-    return moved && job !== undefined ? 1 : 0
+    if (!moved || job === undefined) return 0
+    this.#enqueued?.(schedule.kind)
+    return 1
   }
 
   /** How long to sleep: until the nearest next tick (one ms past it), at most SLEEP_MAX_MS; the poll interval when the clock does not move (held by a test). */

@@ -24,6 +24,7 @@ export class Scheduler {
   readonly #logger: Logger
   readonly #clock: () => number
   readonly #onPromoted: () => void
+  readonly #failed: ((err: unknown) => void) | undefined
   readonly #pollMs: number
   #next: number | null = null
   /** The earliest due time noted during a pass: the pass's read of the database may predate that job's insert. */
@@ -35,11 +36,13 @@ export class Scheduler {
   #again = false
   #stopped = false
 
-  constructor(driver: Driver, logger: Logger, clock: () => number, onPromoted: () => void) {
+  /** `failed` is told of each failed pass's error (the runner publishes it, see channels.ts). */
+  constructor(driver: Driver, logger: Logger, clock: () => number, onPromoted: () => void, failed?: (err: unknown) => void) {
     this.#driver = driver
     this.#logger = logger
     this.#clock = clock
     this.#onPromoted = onPromoted
+    this.#failed = failed
     this.#pollMs = driver.capabilities.pollMs
   }
 
@@ -100,6 +103,7 @@ export class Scheduler {
       if (promoted > 0) this.#onPromoted()
       this.#next = earlier(await this.#driver.queueNextDue({ now: this.#clock() }), this.#notedDuringPass)
     } catch (err) {
+      this.#failed?.(err)
       this.#logger.error({ error: errorCode(err) }, 'promote scheduled jobs failed; retrying at the next pass')
     }
     this.#arm()

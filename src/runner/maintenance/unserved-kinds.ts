@@ -20,10 +20,10 @@ export class UnservedKinds extends Periodic {
   readonly #since: number
   readonly #warned = new Set<string>()
 
-  constructor(driver: Driver, graceMs: number, logger: Logger, clock: () => number) {
+  constructor(driver: Driver, graceMs: number, logger: Logger, clock: () => number, failed?: (err: unknown) => void) {
     // Often enough to fail a job soon after its grace, rarely enough that a
     // big backlog's scan costs nothing: at most once a minute by default.
-    super(Math.max(driver.capabilities.liveness.sweepMs, Math.min(graceMs, 60_000)), logger)
+    super(Math.max(driver.capabilities.liveness.sweepMs, Math.min(graceMs, 60_000)), logger, failed)
     this.#driver = driver
     this.#graceMs = graceMs
     this.#clock = clock

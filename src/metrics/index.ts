@@ -1,0 +1,14 @@
+/**
+ * jobtable/metrics: Prometheus metrics of a runner through prom-client,
+ * an optional peer dependency (`npm install prom-client@15`) that nothing
+ * else in jobtable loads.
+ *
+ * ```ts
+ * import { createMetrics } from 'jobtable/metrics'
+ * const metrics = createMetrics({ runner })
+ * const api = createApi({ runner, metrics: metrics.registry }) // GET /metrics
+ * // or anywhere else: metricsHandler(metrics.registry) is a fetch handler
+ * ```
+ */
+export { createMetrics, DEFAULT_BUCKETS, OTHER, type Metrics, type MetricsOptions } from './metrics.js'
+export { metricsHandler, type MetricsHandlerOptions, type MetricsSource } from '../http/metrics.js'
