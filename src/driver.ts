@@ -172,6 +172,26 @@ export interface Driver<Tx = unknown, TxSync extends boolean = boolean> {
   /** The running jobs of `runnerId` whose cancellation was requested. */
   jobCancelRequested(params: { runnerId: string }): Promise<string[]>
   /**
+   * Runs the job `id` (within `scope` as in jobGet) again now, in one
+   * update fenced on its status: a `scheduled` one (waiting for its due
+   * time or its next attempt) becomes due now; a `failed` or `cancelled`
+   * one is queued now for one more attempt (its attempt count kept,
+   * max_attempts raised to allow it, its error and cancellation request
+   * cleared, its last result kept). Either is then `queued`, due at `now`
+   * ('queued'). A queued, running or succeeded job is left as it is
+   * ('not_retryable'); a failed or cancelled one whose unique key another
+   * live job now holds is left too ('unique_key_held'); one not found (or
+   * of another scope) is 'missing'. A driver that can tells idle runners
+   * at once, as for an insert.
+   */
+  jobRetryNow(params: { id: string; scope?: string | null; now: number }): Promise<RetryNowResult>
+  /**
+   * Counts the jobs of `scope` (as in jobGet: undefined counts every
+   * scope) by kind and status: one entry per pair with at least one job,
+   * in no particular order.
+   */
+  jobCounts(params: { scope?: string | null }): Promise<JobCount[]>
+  /**
    * Reads one job through the reading connection. With `scope` set (a
    * string, or null for unscoped jobs), a job of another scope reads as
    * missing; with `scope` undefined, any job is found.
@@ -207,6 +227,16 @@ export type WakeReason = 'jobs' | 'cancel' | 'change'
 
 /** What jobCancel did. */
 export type CancelResult = 'cancelled' | 'requested' | 'terminal' | 'missing'
+
+/** What jobRetryNow did. */
+export type RetryNowResult = 'queued' | 'not_retryable' | 'unique_key_held' | 'missing'
+
+/** How many jobs of one kind are in one status. */
+export interface JobCount {
+  readonly kind: string
+  readonly status: JobStatus
+  readonly count: number
+}
 
 /** What a driver can do; the runner adapts to these, never to the driver's name. */
 export interface DriverCapabilities<TxSync extends boolean = boolean> {

@@ -100,6 +100,8 @@ const ALLOW = {
   job: 'GET, HEAD',
   events: 'GET, HEAD',
   cancel: 'POST',
+  retry: 'POST',
+  stats: 'GET, HEAD',
   pause: 'POST',
   paused: 'GET, HEAD',
   metrics: 'GET, HEAD',
@@ -262,6 +264,26 @@ export function createApi(options: ApiOptions): Api {
     return json(result === 'cancelled' ? 200 : 202, jobBody(job))
   })
   app.all('/api/v1/jobs/:id/cancel', () => notAllowed(ALLOW.cancel))
+
+  app.post('/api/v1/jobs/:id/retry', async (c) => {
+    const scope = await scopeOf(c.req.raw)
+    if (scope instanceof Response) return scope
+    const id = parseJobId(c.req.param('id') ?? '')
+    if (id === undefined) return problem('invalid_id')
+    // Another scope's job answers as missing (runner.retry rejects with JobNotFoundError, mapped to 404).
+    const result = await runner.retry(id, { scope })
+    if (result !== 'queued') return problem(result === 'unique_key_held' ? 'unique_key_held' : 'job_not_retryable')
+    return json(200, jobBody(await runner.get(id, { scope })))
+  })
+  app.all('/api/v1/jobs/:id/retry', () => notAllowed(ALLOW.retry))
+
+  app.get('/api/v1/stats', async (c) => {
+    const scope = await scopeOf(c.req.raw)
+    if (scope instanceof Response) return scope
+    if (new URL(c.req.url).search !== '') return problem('invalid_argument', { detail: 'this route takes no parameters' })
+    return json(200, { counts: await runner.counts({ scope }) })
+  })
+  app.all('/api/v1/stats', () => notAllowed(ALLOW.stats))
 
   /** The caller, if it may pause and resume kinds (see operatorScope), or the refusal to answer with. */
   const operator = async (request: Request): Promise<Response | undefined> => {

@@ -114,6 +114,27 @@ export const openApiDocument = {
           },
         },
       },
+      Counts: {
+        type: 'object',
+        required: ['counts'],
+        additionalProperties: false,
+        properties: {
+          counts: {
+            type: 'array',
+            description: "The caller's jobs by kind and status: one entry per pair with at least one job, sorted by kind, then by status in lifecycle order.",
+            items: {
+              type: 'object',
+              required: ['kind', 'status', 'count'],
+              additionalProperties: false,
+              properties: {
+                kind: { type: 'string' },
+                status: { type: 'string', enum: [...JOB_STATUSES] },
+                count: { type: 'integer', minimum: 1 },
+              },
+            },
+          },
+        },
+      },
       KindPause: {
         type: 'object',
         required: ['kind', 'paused', 'changed'],
@@ -225,6 +246,36 @@ export const openApiDocument = {
           ...authErrors,
           '404': problemResponse('No job of the caller has this id (`not_found`), including a job of another scope.'),
           '409': problemResponse('The job has already finished (`job_finished`); nothing was changed.'),
+          ...serverErrors,
+        },
+      },
+    },
+    '/api/v1/jobs/{id}/retry': {
+      post: {
+        operationId: 'retryJob',
+        summary:
+          "Runs one job of the caller again now: a scheduled job (waiting for its due time or its next attempt) becomes due now; a failed or cancelled one is queued now for one more attempt, its error cleared and its last result kept. Either is then queued.",
+        parameters: [jobId],
+        responses: {
+          '200': { description: 'The job, queued and due now.', content: { 'application/json': { schema: ref('Job') } } },
+          '400': problemResponse('The id is not a UUID (`invalid_id`).'),
+          ...authErrors,
+          '404': problemResponse('No job of the caller has this id (`not_found`), including a job of another scope.'),
+          '409': problemResponse(
+            'The job is queued, running or succeeded (`job_not_retryable`), or another live job of its kind and scope now holds its unique key (`unique_key_held`); nothing was changed.',
+          ),
+          ...serverErrors,
+        },
+      },
+    },
+    '/api/v1/stats': {
+      get: {
+        operationId: 'countJobs',
+        summary: "The caller's jobs counted by kind and status. It reads every job of the caller's scope.",
+        responses: {
+          '200': { description: 'The counts.', content: { 'application/json': { schema: ref('Counts') } } },
+          '400': problemResponse('A query parameter was given (`invalid_argument`): this route takes none.'),
+          ...authErrors,
           ...serverErrors,
         },
       },

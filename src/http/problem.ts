@@ -18,6 +18,8 @@ export const PROBLEMS = {
   route_not_found: { status: 404, title: 'No such route' },
   method_not_allowed: { status: 405, title: 'Method not allowed on this route' },
   job_finished: { status: 409, title: 'The job has already finished; nothing was changed' },
+  job_not_retryable: { status: 409, title: 'The job is queued, running or succeeded: there is nothing to retry; nothing was changed' },
+  unique_key_held: { status: 409, title: "Another live job of the kind and scope holds the job's unique key; nothing was changed" },
   payload_too_large: { status: 413, title: 'The request body is over the size limit' },
   unsupported_media_type: { status: 415, title: 'The request body must be application/json' },
   unknown_kind: { status: 422, title: 'No kind of that name can be enqueued over HTTP' },

@@ -3,6 +3,8 @@ import pg from 'pg'
 import type {
   ClaimedJob,
   CancelResult,
+  JobCount,
+  RetryNowResult,
   ClaimParams,
   Driver,
   DriverCapabilities,
@@ -320,6 +322,30 @@ export class PostgresDriver implements Driver<PgQueryable, false> {
       // leave it to run again. Try again (test/postgres/cancel-race.test.ts).
       if (job.status !== 'queued' && job.status !== 'scheduled' && job.status !== 'running') return 'terminal'
     }
+  }
+
+  async jobRetryNow({ id, scope, now }: { id: string; scope?: string | null; now: number }): Promise<RetryNowResult> {
+    const scoped = [scope === undefined, scope ?? null]
+    for (;;) {
+      try {
+        if ((await this.#query('retry job', this.#q.retryNow, [id, now, ...scoped, this.schema])).rows.length > 0) return 'queued'
+      } catch (err) {
+        // The only unique index an update of these columns can break: another live job holds the key.
+        if (err instanceof DatabaseError && err.dbCode === '23505') return 'unique_key_held'
+        throw err
+      }
+      const job = await this.jobGet({ id, scope })
+      if (job === undefined) return 'missing'
+      // Two statements, not one transaction: a job that became retryable between them (a running one
+      // that failed just then) is tried again rather than answered as not retryable.
+      if (job.status !== 'scheduled' && job.status !== 'failed' && job.status !== 'cancelled') return 'not_retryable'
+    }
+  }
+
+  async jobCounts({ scope }: { scope?: string | null }): Promise<JobCount[]> {
+    if (scope === undefined) return (await this.#query<JobCount>('count jobs', this.#q.countJobs, [])).rows
+    if (scope === null) return (await this.#query<JobCount>('count jobs', this.#q.countUnscopedJobs, [])).rows
+    return (await this.#query<JobCount>('count jobs', this.#q.countScopedJobs, [scope])).rows
   }
 
   async jobCancelRequested({ runnerId }: { runnerId: string }): Promise<string[]> {

@@ -1,6 +1,6 @@
 import { randomUUID } from 'node:crypto'
 import type { StandardSchemaV1 } from '@standard-schema/spec'
-import type { Driver, JobRow } from '../driver.js'
+import type { Driver, JobCount, JobRow } from '../driver.js'
 import { ConfigError, InvalidArgumentError, InvalidCursorError, JobNotFoundError, RegistrationError, RunnerStateError, UnknownKindError } from '../errors.js'
 import { JOB_STATUSES, type Job, type JobStatus, type JsonValue } from '../job.js'
 import { type Handler, isKindDefinition, type KindDef, type KindDefinition, RegisteredKind, splitDefinition } from '../kind.js'
@@ -568,6 +568,44 @@ export class Runner<D extends Driver = Driver> {
     if (result === 'missing') throw new JobNotFoundError()
     if (result === 'requested') this.#producer?.cancel([id])
     return result
+  }
+
+  /**
+   * Runs a job again now, as an operator's "retry now" button does: a
+   * `scheduled` job (waiting for its due time, or for its next attempt
+   * after a failure or a snooze) becomes due now; a `failed` or
+   * `cancelled` one is queued now for one more attempt (its attempt count
+   * kept, so `maxAttempts` grows to allow it, its error cleared, its last
+   * partial result kept until the handler publishes another). Either way
+   * it is `queued` ('queued'), and a worker of its kind takes it in its
+   * turn. A queued, running or succeeded job is left as it is
+   * ('not_retryable'), and so is a failed or cancelled job whose unique
+   * key another live job now holds ('unique_key_held'). With `scope`, a
+   * job of another scope is not found: rejects with JobNotFoundError, as
+   * for a missing one.
+   */
+  async retry(id: string, options?: { scope?: string | null }): Promise<'queued' | 'not_retryable' | 'unique_key_held'> {
+    const { scope } = optionsObject(options, ['scope'], 'retry', 'argument')
+    const result = typeof id === 'string' ? await this.#driver.jobRetryNow({ id, scope, now: this.#clock() }) : 'missing'
+    if (result === 'missing') throw new JobNotFoundError()
+    if (result === 'queued') this.#producer?.wake()
+    return result
+  }
+
+  /**
+   * Counts jobs by kind and status, sorted by kind (in code-unit order)
+   * and then by status in lifecycle order; a pair with no job is left
+   * out. With `scope` (null: jobs enqueued without one), only that
+   * scope's jobs; default every scope. It reads every job of the scope
+   * (every job, without one): see docs/http.md for its cost.
+   */
+  async counts(options?: { scope?: string | null }): Promise<JobCount[]> {
+    const { scope } = optionsObject(options, ['scope'], 'counts', 'argument')
+    if (scope !== undefined && scope !== null && typeof scope !== 'string') throw new InvalidArgumentError('counts: scope must be a string or null')
+    const rows = await this.#driver.jobCounts({ scope })
+    return rows
+      .map((r) => ({ kind: r.kind, status: r.status, count: Number(r.count) }))
+      .sort((a, b) => (a.kind < b.kind ? -1 : a.kind > b.kind ? 1 : JOB_STATUSES.indexOf(a.status) - JOB_STATUSES.indexOf(b.status)))
   }
 
   /**

@@ -2,6 +2,8 @@ import Database from 'better-sqlite3'
 import type {
   ClaimedJob,
   CancelResult,
+  JobCount,
+  RetryNowResult,
   ClaimParams,
   Driver,
   DriverCapabilities,
@@ -123,6 +125,9 @@ export class SqliteDriver implements Driver<SqliteDatabase, true> {
   readonly #promoteDue: Database.Statement
   readonly #cancel: (id: string, anyScope: number, scope: string | null, now: number) => CancelResult
   readonly #cancelRequested: Database.Statement
+  readonly #retryNow: (id: string, anyScope: number, scope: string | null, now: number) => RetryNowResult
+  readonly #countJobs: Database.Statement
+  readonly #countScopedJobs: Database.Statement
   readonly #nextDue: Database.Statement
   readonly #prune: Database.Statement
   readonly #finishedKinds: Database.Statement
@@ -224,6 +229,18 @@ export class SqliteDriver implements Driver<SqliteDatabase, true> {
       return (anyScope === 1 ? getAny.get({ id }) : getScoped.get({ id, scope })) === undefined ? 'missing' : 'terminal'
     }).immediate
     this.#cancelRequested = this.#writer.prepare(sql.cancelRequested)
+    const retryNow = this.#writer.prepare(sql.retryNow)
+    // In one immediate transaction: the read that tells missing from not retryable sees what the update saw.
+    this.#retryNow = this.#writer.transaction((id: string, anyScope: number, scope: string | null, now: number): RetryNowResult => {
+      try {
+        if (retryNow.run({ id, anyScope, scope, now }).changes > 0) return 'queued'
+      } catch (err) {
+        // The only unique index an update of these columns can break: another live job holds the key.
+        if (err instanceof Database.SqliteError && err.code === 'SQLITE_CONSTRAINT_UNIQUE') return 'unique_key_held'
+        throw err
+      }
+      return (anyScope === 1 ? getAny.get({ id }) : getScoped.get({ id, scope })) === undefined ? 'missing' : 'not_retryable'
+    }).immediate
     this.#nextDue = this.#reader.prepare(sql.nextDue)
     this.#prune = this.#writer.prepare(sql.pruneJobs)
     this.#finishedKinds = this.#reader.prepare(sql.finishedKinds)
@@ -237,6 +254,8 @@ export class SqliteDriver implements Driver<SqliteDatabase, true> {
     this.#get = this.#reader.prepare(sql.getJob)
     this.#getScoped = this.#reader.prepare(sql.getScopedJob)
     this.#list = this.#reader.prepare(sql.listJobs)
+    this.#countJobs = this.#reader.prepare(sql.countJobs)
+    this.#countScopedJobs = this.#reader.prepare(sql.countScopedJobs)
     const onWriter = new InsertStatements(this.#writer, this.#insert)
     this.#insertOnTx.set(this.#writer, onWriter)
     this.#insertMany = this.#writer.transaction((jobs: readonly NewJob[], now: number) => {
@@ -465,6 +484,14 @@ export class SqliteDriver implements Driver<SqliteDatabase, true> {
 
   async jobCancel({ id, scope, now }: { id: string; scope?: string | null; now: number }): Promise<CancelResult> {
     return this.#write('cancel job', () => this.#cancel(id, scope === undefined ? 1 : 0, scope ?? null, now))
+  }
+
+  async jobRetryNow({ id, scope, now }: { id: string; scope?: string | null; now: number }): Promise<RetryNowResult> {
+    return this.#write('retry job', () => this.#retryNow(id, scope === undefined ? 1 : 0, scope ?? null, now))
+  }
+
+  async jobCounts({ scope }: { scope?: string | null }): Promise<JobCount[]> {
+    return run('count jobs', () => (scope === undefined ? this.#countJobs.all() : this.#countScopedJobs.all({ scope })) as JobCount[])
   }
 
   async jobCancelRequested({ runnerId }: { runnerId: string }): Promise<string[]> {

@@ -250,6 +250,35 @@ export const requestCancel = `
   UPDATE jobtable_jobs SET cancel_requested = 1, updated_at = @now
    WHERE id = @id AND (@anyScope = 1 OR scope IS @scope) AND status = 'running'`
 
+/**
+ * Runs a scheduled, failed or cancelled job again now, within @scope
+ * unless @anyScope = 1: queued, due at @now, with one more attempt than it
+ * has had when it has no attempt left; its error, cancellation request and
+ * claim cleared, its last result kept. A failed or cancelled job with a
+ * unique key re-enters the unique index jobtable_jobs_unique, which
+ * refuses the update (SQLITE_CONSTRAINT_UNIQUE) while another live job
+ * holds the key.
+ */
+export const retryNow = `
+  UPDATE jobtable_jobs
+     SET status = 'queued', run_at = @now, max_attempts = max(max_attempts, attempt + 1),
+         error = NULL, cancel_requested = 0, runner_id = NULL, started_at = NULL, finished_at = NULL, updated_at = @now
+   WHERE id = @id AND (@anyScope = 1 OR scope IS @scope) AND status IN ('scheduled', 'failed', 'cancelled')`
+
+/** The jobs by kind and status, of every scope: it reads the whole table. */
+export const countJobs = `SELECT kind, status, count(*) AS count FROM jobtable_jobs GROUP BY kind, status`
+
+/**
+ * countJobs within one scope (@scope, NULL for unscoped jobs), found
+ * through the index jobtable_jobs_scope: a statement of its own, since
+ * `@anyScope = 1 OR scope IS @scope` would keep SQLite from using the
+ * index and read the whole table for every scope's count (a scope of
+ * 10,000 jobs among 1,000,000: 9 ms, against 300 ms with the OR;
+ * measured here). A count still reads every job of its scope, about
+ * 1.3 µs each.
+ */
+export const countScopedJobs = `SELECT kind, status, count(*) AS count FROM jobtable_jobs WHERE scope IS @scope GROUP BY kind, status`
+
 /** The running jobs of @runnerId whose cancellation was requested. */
 export const cancelRequested = `
   SELECT id FROM jobtable_jobs WHERE status = 'running' AND runner_id = @runnerId AND cancel_requested = 1`

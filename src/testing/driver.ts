@@ -137,6 +137,12 @@ export class KitDriver extends SqliteDriver {
     }
   }
 
+  override async jobRetryNow(params: { id: string; scope?: string | null; now: number }): ReturnType<SqliteDriver['jobRetryNow']> {
+    const result = await super.jobRetryNow(params)
+    if (result === 'queued') this.changed()
+    return result
+  }
+
   override async jobFailInterrupted(params: { runnerId: string; error: string; now: number }): Promise<{ failed: number; requeued: number }> {
     try {
       return await super.jobFailInterrupted(params)

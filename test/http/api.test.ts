@@ -261,7 +261,19 @@ describeEachBackend('HTTP API', (backend) => {
     expect(doc.json.components.schemas.EnqueueRequest.discriminator.mapping).toEqual({ echo: '#/components/schemas/Enqueue_echo' })
     expect(doc.text).not.toContain('hidden')
     expect({ ...doc.json, components: undefined }).toEqual(JSON.parse(JSON.stringify({ ...openApiDocument, components: undefined })))
-    expect(Object.keys(doc.json.paths).sort()).toEqual(['/api/v1/jobs', '/api/v1/jobs/{id}', '/api/v1/jobs/{id}/cancel', '/api/v1/jobs/{id}/events', '/api/v1/kinds/paused', '/api/v1/kinds/{kind}/pause', '/api/v1/kinds/{kind}/resume', '/api/v1/openapi.json', '/metrics'])
+    expect(Object.keys(doc.json.paths).sort()).toEqual([
+      '/api/v1/jobs',
+      '/api/v1/jobs/{id}',
+      '/api/v1/jobs/{id}/cancel',
+      '/api/v1/jobs/{id}/events',
+      '/api/v1/jobs/{id}/retry',
+      '/api/v1/kinds/paused',
+      '/api/v1/kinds/{kind}/pause',
+      '/api/v1/kinds/{kind}/resume',
+      '/api/v1/openapi.json',
+      '/api/v1/stats',
+      '/metrics',
+    ])
     expect(doc.json.components.schemas.Problem.properties.code.enum.sort()).toEqual(Object.keys(PROBLEMS).sort())
   })
 

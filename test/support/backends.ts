@@ -30,8 +30,12 @@ export interface Backend {
 }
 
 export interface Store {
-  /** Opens a new driver on this store, as a new process would; `sweepIntervalMs` shortens its maintenance interval. */
-  driver(options?: { sweepIntervalMs?: number }): Driver
+  /**
+   * Opens a new driver on this store, as a new process would;
+   * `sweepIntervalMs` shortens its maintenance interval, `pollIntervalMs`
+   * sets its fallback poll (the SQLite stores poll hourly unless told).
+   */
+  driver(options?: { sweepIntervalMs?: number; pollIntervalMs?: number }): Driver
   /**
    * Runs fn inside a transaction of the user's own, committed or rolled
    * back; fn receives the handle that enqueueTx takes.
