@@ -28,7 +28,7 @@ export function registerKinds(runner: Runner) {
       const plan: MealPlan = { days: [], providerCostCents: 0 }
       for (let day = 1; day <= days; day++) {
         if (job.signal.aborted) throw new Error('stopped')
-        await new Promise((resolve) => setTimeout(resolve, 50)) // the model provider thinking
+        await new Promise((resolve) => setTimeout(resolve, 300)) // the model provider thinking
         plan.days.push({ day, dinner: dinners[(day - 1) % dinners.length]! })
         plan.providerCostCents += 3
         await job.publish(plan)
@@ -76,9 +76,12 @@ async function watch(runner: Runner, enqueue: () => Promise<[string, string]>, w
 /**
  * What `npm start` (`jobtable serve --kinds examples/meal-plan.ts --demo`)
  * runs once the API is up: the same two jobs as main(), then a hint of the
- * curl commands that reach the API.
+ * dashboard and the curl commands that reach the API, then a new example
+ * job every few seconds (a meal plan of a few days, a recipe import that
+ * succeeds or fails, now and then one scheduled for a little later), so
+ * the dashboard has jobs moving, until the server stops (`signal`).
  */
-export async function demo(runner: Runner, { url }: { url: string }): Promise<void> {
+export async function demo(runner: Runner, { url, signal }: { url: string; signal?: AbortSignal }): Promise<void> {
   await watch(
     runner,
     async () => [
@@ -87,11 +90,30 @@ export async function demo(runner: Runner, { url }: { url: string }): Promise<vo
     ],
     'through the runner',
   )
-  console.log(`\nThe API is at ${url}/api/v1/jobs. Try:
+  console.log(`\nThe dashboard is at ${url}/ and the API at ${url}/api/v1/jobs. Try:
   curl -s ${url}/api/v1/jobs
   curl -s -X POST ${url}/api/v1/jobs -H 'content-type: application/json' -d '{"kind":"meal_plan","payload":{"household":"h1","days":5}}'
-Press Ctrl-C to stop.`)
+A new example job is enqueued every ${DEMO_EVERY_MS / 1000} s. Press Ctrl-C to stop.`)
+  const examples: [string, unknown, { delayMs?: number }?][] = [
+    ['meal_plan', { household: 'h2', days: 5 }],
+    ['import_recipe', { url: 'https://recipes.example/soup' }],
+    ['meal_plan', { household: 'h3', days: 7 }],
+    ['import_recipe', { url: 'https://recipes.example/' }],
+    ['meal_plan', { household: 'h1', days: 4 }, { delayMs: 10_000 }],
+  ]
+  for (let n = 0; !signal?.aborted; n++) {
+    await new Promise<void>((resolve) => {
+      const timer = setTimeout(resolve, DEMO_EVERY_MS)
+      signal?.addEventListener('abort', () => (clearTimeout(timer), resolve()), { once: true })
+    })
+    if (signal?.aborted) break
+    const [kind, payload, options] = examples[n % examples.length]!
+    await runner.enqueue(kind, payload, options)
+  }
 }
+
+/** How often the demo enqueues another example job. */
+const DEMO_EVERY_MS = 3_000
 
 async function main(): Promise<void> {
   const path = process.env.JOBTABLE_DB ?? 'jobtable-example.db'

@@ -6,7 +6,8 @@ import { CliFailure } from './usage.js'
 /** What a --kinds module exports: `registerKinds` is required, `demo` is used by `serve --demo`. */
 export interface KindsModule {
   registerKinds(runner: Runner): unknown
-  demo?: (runner: Runner, options: { url: string }) => unknown
+  /** Called by `serve --demo` once the API is up; `signal` aborts when the server begins to stop. */
+  demo?: (runner: Runner, options: { url: string; signal: AbortSignal }) => unknown
 }
 
 /** Imports the user's kinds module from a path relative to the working directory. */

@@ -78,7 +78,7 @@ export async function serve(ctx: CliContext, mode: 'serve' | 'worker'): Promise<
   const metricsScopes = [operatorScope, plan.scope].filter((s): s is string => s !== undefined)
 
   const kinds: KindsModule | undefined = kindsPath === undefined ? undefined : await loadKinds(kindsPath)
-  if (v.demo === true && typeof kinds?.demo !== 'function') throw new UsageError(`--demo needs ${kindsPath} to export demo(runner, { url })`)
+  if (v.demo === true && typeof kinds?.demo !== 'function') throw new UsageError(`--demo needs ${kindsPath} to export demo(runner, { url, signal })`)
   const signals = firstSignal((signal) => logger.warn({ signal }, 'second signal: exiting at once'))
   // Nothing here keeps the process alive: a started runner does so itself
   // until it stops, and without workers the HTTP server does.
@@ -87,6 +87,7 @@ export async function serve(ctx: CliContext, mode: 'serve' | 'worker'): Promise<
   let metricsListening: Listening | undefined
   let metrics: CliMetrics | undefined
   let api: Api | undefined
+  const demoStop = new AbortController()
   try {
     kinds?.registerKinds(runner)
     if (plan.on) metrics = await openMetrics(runner)
@@ -98,20 +99,22 @@ export async function serve(ctx: CliContext, mode: 'serve' | 'worker'): Promise<
     }
     if (mode === 'serve') {
       const onApi: Pick<ApiOptions, 'metrics' | 'metricsScope'> = metrics !== undefined && plan.port === undefined ? { metrics: metrics.registry, ...(plan.scope === undefined ? {} : { metricsScope: plan.scope }) } : {}
-      const inner = createApi({ runner, authorize, logger, ...(operatorScope === undefined ? {} : { operatorScope }), ...onApi })
+      const inner = createApi({ runner, authorize, logger, dashboard: true, ...(operatorScope === undefined ? {} : { operatorScope }), ...onApi })
       api = { ...inner, fetch: accessLogged(inner, logger) }
       listening = await listen(api, { host, port, authenticated: authorize !== undefined, maxConnections })
       logger.info({ url: listening.url, database: describeDatabase(database), workers, auth: authorize ? 'bearer' : 'none' }, `jobtable serving ${listening.url}/api/v1/jobs`)
       ctx.stdout.write(`jobtable API at ${listening.url}/api/v1/jobs (OpenAPI: ${listening.url}/api/v1/openapi.json)\n`)
       if (onApi.metrics !== undefined) ctx.stdout.write(`jobtable metrics at ${listening.url}/metrics\n`)
+      ctx.stdout.write(`jobtable dashboard at ${listening.url}/\n`)
     } else {
       logger.info({ database: describeDatabase(database), workers }, 'jobtable worker running')
     }
-    if (v.demo === true && listening) void runDemo(kinds!, runner, listening.url, logger)
+    if (v.demo === true && listening) void runDemo(kinds!, runner, listening.url, demoStop.signal, logger)
     const outcome = await Promise.race([
       signals.stopped.then((signal) => ({ signal })),
       workers > 0 ? runner.wait().then(() => ({ failed: undefined }), (err: unknown) => ({ failed: err })) : new Promise<never>(() => {}),
     ])
+    demoStop.abort()
     if ('signal' in outcome) {
       logger.info({ signal: outcome.signal, stop_timeout_ms: stopTimeoutMs }, 'stopping: waiting for running jobs up to the stop timeout (a second signal exits at once)')
     } else {
@@ -129,6 +132,7 @@ export async function serve(ctx: CliContext, mode: 'serve' | 'worker'): Promise<
     logger.info('stopped')
     return 'signal' in outcome ? EXIT.ok : EXIT.failure
   } catch (err) {
+    demoStop.abort()
     await listening?.close().catch(() => undefined)
     await metricsListening?.close().catch(() => undefined)
     metrics?.close()
@@ -150,10 +154,12 @@ function accessLogged(api: Api, logger: ReturnType<typeof loggerFor>): Api['fetc
   }
 }
 
-async function runDemo(kinds: KindsModule, runner: Runner, url: string, logger: ReturnType<typeof loggerFor>): Promise<void> {
+async function runDemo(kinds: KindsModule, runner: Runner, url: string, signal: AbortSignal, logger: ReturnType<typeof loggerFor>): Promise<void> {
   try {
-    await kinds.demo!(runner, { url })
+    await kinds.demo!(runner, { url, signal })
   } catch (err) {
+    // An enqueue racing the runner's close as the server stops is no failure of the demo.
+    if (signal.aborted) return
     logger.error({ error: errorName(err) }, 'demo failed')
   }
 }

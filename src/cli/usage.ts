@@ -95,7 +95,8 @@ Exit codes: 0 ok, 1 runtime failure, 2 usage error.
 `,
   serve: `Usage: jobtable serve [options]
 
-Serves the HTTP API (/api/v1/jobs) and runs workers in one process.
+Serves the HTTP API (/api/v1/jobs) and its dashboard (/), and runs workers
+in one process. The dashboard reads through the API, with the same tokens.
 SIGTERM or SIGINT stops gracefully, waiting up to --stop-timeout for running
 jobs; a second signal exits at once.
 
@@ -115,7 +116,7 @@ ${DATABASE}
       --metrics              serve Prometheus metrics at GET /metrics on the API's listener, for
                              the operator scope and --metrics-scope; needs prom-client
 ${METRICS_LISTENER}
-      --demo                 also run the kinds module's demo(runner, { url }) export
+      --demo                 also run the kinds module's demo(runner, { url, signal }) export
 ${STOP}
 ${RETENTION}${LOG}
   -h, --help                 this help

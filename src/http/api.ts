@@ -19,6 +19,7 @@ import { exposition, type MetricsSource } from './metrics.js'
 import { openApiDocumentFor } from './openapi.js'
 import { problem } from './problem.js'
 import { hostAllowed } from './hosts.js'
+import { isPageWithSlash, mountDashboard } from '../dashboard/index.js'
 import { optionsObject } from '../options.js'
 
 /** Options of createApi. Each default is given beside its field. */
@@ -84,6 +85,17 @@ export interface ApiOptions {
    * (the operator scope alone).
    */
   readonly metricsScope?: string
+  /**
+   * Whether to serve the dashboard, a web page for people, at the base
+   * path itself (`/`, or `/jobs` for basePath `/jobs`, where `/jobs/`
+   * redirects), with its scripts and style under `<basePath>/dashboard/`.
+   * The page and its assets hold no data and need no credentials; the
+   * page reads and acts through this API with the caller's (it asks for a
+   * bearer token when the API answers 401), so it shows and does only
+   * what the caller may. Default false: a library user's application
+   * keeps its own `/`. `jobtable serve` turns it on.
+   */
+  readonly dashboard?: boolean
 }
 
 /** A mounted API: a standard fetch handler, and close() to end its open event streams. */
@@ -122,6 +134,7 @@ const API_OPTIONS = Object.keys({
   basePath: 1,
   metrics: 1,
   metricsScope: 1,
+  dashboard: 1,
 } satisfies Record<keyof ApiOptions, 1>)
 const LIST_PARAMS: ReadonlySet<string> = new Set(['status', 'kind', 'limit', 'cursor'])
 
@@ -136,7 +149,7 @@ const LIST_PARAMS: ReadonlySet<string> = new Set(['status', 'kind', 'limit', 'cu
  */
 export function createApi(options: ApiOptions): Api {
   const given = optionsObject(options, API_OPTIONS, 'createApi')
-  const { runner, authorize, bodyLimitBytes = MIB, eventsPollMs = 250, eventsHeartbeatMs = 15_000, logger, operatorScope, basePath = '', metrics, metricsScope } = given
+  const { runner, authorize, bodyLimitBytes = MIB, eventsPollMs = 250, eventsHeartbeatMs = 15_000, logger, operatorScope, basePath = '', metrics, metricsScope, dashboard = false } = given
   // A plain path: it is put in Location headers and the document as it is.
   if (typeof basePath !== 'string' || (basePath !== '' && !/^(\/[A-Za-z0-9._~-]+)+$/.test(basePath)) || /\/\.\.?(\/|$)/.test(basePath)) {
     throw new TypeError('jobtable/http: basePath must be empty or a path such as /jobs: segments of letters, digits and . _ ~ -, no trailing slash')
@@ -149,6 +162,7 @@ export function createApi(options: ApiOptions): Api {
   if (metrics !== undefined && (metrics === null || typeof metrics !== 'object' || typeof metrics.metrics !== 'function')) {
     throw new TypeError('jobtable/http: metrics must be a metrics source (a prom-client Registry)')
   }
+  if (typeof dashboard !== 'boolean') throw new TypeError('jobtable/http: dashboard must be true or false')
   const allowedHosts = given.allowedHosts ?? (authorize === undefined ? 'loopback' : 'any')
   if (runner === null || typeof runner !== 'object' || typeof runner.get !== 'function') {
     throw new TypeError('jobtable/http: createApi needs { runner }')
@@ -322,7 +336,15 @@ export function createApi(options: ApiOptions): Api {
   })
   app.all('/metrics', () => (metrics === undefined ? problem('route_not_found') : notAllowed(ALLOW.metrics)))
 
-  app.notFound(() => problem('route_not_found'))
+  if (dashboard) mountDashboard(app, basePath)
+
+  app.notFound((c) => {
+    // The page under a base path is at the base path itself: `/jobs/` is sent there.
+    if (dashboard && (c.req.method === 'GET' || c.req.method === 'HEAD') && isPageWithSlash(new URL(c.req.url).pathname, basePath)) {
+      return new Response(null, { status: 302, headers: { location: basePath, 'cache-control': 'no-store' } })
+    }
+    return problem('route_not_found')
+  })
   app.onError((err) => {
     const known = toProblem(err)
     if (known) return known

@@ -194,6 +194,20 @@ describe('jobtable command', () => {
     expect(await worker.exit).toBe(0)
   })
 
+  it("npm start's command: prints the dashboard's URL and serves it there, the demo keeps enqueueing example jobs, and SIGTERM stops it (exit 0)", async () => {
+    const c = cli(['serve', '--kinds', 'examples/meal-plan.ts', '--demo', '--port', '0', '-d', join(dir, 'demo.db')])
+    const [, url] = await c.waitFor(/dashboard at (http:\/\/[^/\s]+)\/\n/)
+    const page = await fetch(`${url}/`)
+    expect([page.status, page.headers.get('content-type')]).toEqual([200, 'text/html; charset=utf-8'])
+    expect(await page.text()).toContain('<script type="module" src="/dashboard/app.js">')
+    // The first two jobs, then one more every few seconds: the jobs keep moving for the dashboard.
+    const total = async () => ((await (await fetch(`${url}/api/v1/stats`)).json()) as { counts: { count: number }[] }).counts.reduce((n, r) => n + r.count, 0)
+    await pollWhileUp(c, total, (n) => n >= 4)
+    c.proc.kill('SIGTERM')
+    expect(await c.exit).toBe(0)
+    expect(c.stderr).not.toContain('demo failed')
+  })
+
   it('exits at once on a second signal when a job will not stop', async () => {
     const { c, url } = await serveCli()
     const created = await fetch(`${url}/api/v1/jobs`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: '{"kind":"stubborn","payload":{}}' })

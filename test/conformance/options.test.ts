@@ -80,7 +80,7 @@ describe('unknown options are refused, naming the key', () => {
     const err = await thrown(() => createApi({ runner, bodyLimitByte: 10 } as never))
     expectRefusal(err, 'bodyLimitByte', 'invalid_config')
     expect((err as Error).message).toBe(
-      'jobtable: createApi: unknown option "bodyLimitByte" (known: runner, authorize, bodyLimitBytes, eventsPollMs, eventsHeartbeatMs, logger, allowedHosts, operatorScope, basePath, metrics, metricsScope)',
+      'jobtable: createApi: unknown option "bodyLimitByte" (known: runner, authorize, bodyLimitBytes, eventsPollMs, eventsHeartbeatMs, logger, allowedHosts, operatorScope, basePath, metrics, metricsScope, dashboard)',
     )
     expectRefusal(await thrown(() => createApi({ runner, allowedHost: ['example.com'] } as never)), 'allowedHost', 'invalid_config')
     expect(await thrown(() => createApi(null as never))).toMatchObject({ code: 'invalid_config' })
