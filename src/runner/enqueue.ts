@@ -247,7 +247,14 @@ export class Enqueuer {
       }) as Kind<In, D>['enqueueManyTx'],
       enqueueTx: ((tx: TxOf<D>, payload: In, options?: EnqueueOptions) => {
         // The transaction may yet roll back: the scheduler learns of the job from the database, or from wake().
-        const placement = placementOf(options, this.#clock)
+        let placement: Placement
+        try {
+          placement = placementOf(options, this.#clock)
+        } catch (err) {
+          // Refused as the backend answers: a throw where enqueueTx returns the id, a rejection where it returns a promise.
+          if (driver.capabilities.txSync) throw err
+          return Promise.reject(err)
+        }
         const traced = startEnqueue(name)
         const make = (text: string): NewJob => ({ id: newJobId(), payload: text, ...fieldsOf(kind, placement, traced?.carried ?? null) })
         // Published once inserted: the transaction may yet roll back, which nothing here learns of.

@@ -1,5 +1,5 @@
 import { expect, it } from 'vitest'
-import { InvalidPayloadError, JobNotFoundError } from 'jobtable'
+import { InvalidArgumentError, InvalidPayloadError, JobNotFoundError } from 'jobtable'
 import { describeEachBackend } from '../support/backends.js'
 import { echoPayload, harness } from '../support/harness.js'
 import { track } from '../support/wait.js'
@@ -42,6 +42,28 @@ describeEachBackend('transactional enqueue', (backend) => {
       }
     }, 'commit')
     expect(refused).toBeInstanceOf(InvalidPayloadError)
+    expect((await runner.list()).jobs).toEqual([])
+  })
+
+  it('refuses bad options as the backend answers the call: a throw where enqueueTx returns the id (SQLite), a rejected promise where it returns a promise (PostgreSQL)', async () => {
+    const runner = h.runner()
+    const kind = runner.register('echo', { payload: echoPayload, handler: () => undefined })
+    const outcomes: string[] = []
+    for (const options of [{ priority: 1.5 }, { timeoutMs: -1 }, { uniqueKey: '' }]) {
+      await h.store.transaction((tx) => {
+        let answer: unknown
+        try {
+          answer = kind.enqueueTx(tx as never, { n: 1 }, options as never)
+        } catch (err) {
+          outcomes.push(`threw ${(err as Error).constructor.name}`)
+          return
+        }
+        if (!(answer instanceof Promise)) return void outcomes.push('returned')
+        return answer.then(() => void outcomes.push('resolved'), (err: unknown) => void outcomes.push(`rejected ${(err as Error).constructor.name}`))
+      }, 'commit')
+    }
+    const refused = runner.driver.capabilities.txSync ? `threw ${InvalidArgumentError.name}` : `rejected ${InvalidArgumentError.name}`
+    expect(outcomes).toEqual([refused, refused, refused])
     expect((await runner.list()).jobs).toEqual([])
   })
 })
