@@ -128,10 +128,10 @@ export function queries(s: string) {
      * answer was lost with its connection (the statement may have
      * committed). `$2` lists every job the runner holds: any other job
      * running under its id never reached a handler, so queuing it again
-     * starts no handler twice.
+     * starts no handler twice, and its attempt is given back.
      */
     requeueLostClaims: `
-      UPDATE ${s}.jobs SET status = 'queued', runner_id = NULL, started_at = NULL, updated_at = $3
+      UPDATE ${s}.jobs SET status = 'queued', runner_id = NULL, started_at = NULL, attempt = attempt - 1, updated_at = $3
        WHERE runner_id = $1 AND status = 'running' AND NOT (id = ANY($2::text[]))`,
 
     /**
@@ -170,10 +170,10 @@ export function queries(s: string) {
        WHERE j.id = f.id AND j.status = 'running' AND j.attempt = f.attempt
       RETURNING j.id`,
 
-    /** Fenced like finishJobs: puts claimed jobs no handler started back in the queue. */
+    /** Fenced like finishJobs: puts claimed jobs no handler started back in the queue, giving back the attempt each claim took. */
     releaseJobs: `
       UPDATE ${s}.jobs AS j
-         SET status = 'queued', runner_id = NULL, started_at = NULL, updated_at = $3
+         SET status = 'queued', runner_id = NULL, started_at = NULL, attempt = j.attempt - 1, updated_at = $3
         FROM unnest($1::text[], $2::int[]) AS r(id, attempt)
        WHERE j.id = r.id AND j.status = 'running' AND j.attempt = r.attempt`,
     finishJobs: `
