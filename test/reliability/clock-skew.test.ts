@@ -78,14 +78,13 @@ describe('postgres: clock skew', () => {
   }, bound(30_000, 120_000))
 
   /**
-   * Proves: a job scheduled for a time (by a process on the real clock),
-   * with runners 60 s ahead and 60 s behind polling for due jobs, starts
-   * no earlier than the fastest runner's clock says it is due (due times
-   * are read on the clock of the runner that promotes them: the one
-   * ahead takes it up to its lead early, never sooner), and within the
-   * poll interval of its time (asserted under the full size only).
+   * Proves: a job scheduled for a time (by a process on the real clock)
+   * starts no earlier than that time, though a runner 60 s ahead is
+   * polling for due jobs (a due time is read on the earlier of the
+   * runner's clock and the database's), and within the poll interval
+   * after it (the lateness asserted under the full size only).
    */
-  it('scheduled jobs run once the fastest clock reaches their time, within the poll interval', async () => {
+  it('scheduled jobs run at their time, not early by a runner ahead, within the poll interval', async () => {
     const jobs = size('clock_skew_scheduled_jobs', 4, 40)
     const startedAt = new Map<string, number>()
     const at = (runner: Runner) =>
@@ -98,16 +97,15 @@ describe('postgres: clock skew', () => {
     const producer = h.runner()
     const kind = producer.register(defineKind('at', { payload }))
     const due = new Map<string, number>()
-    // Past the skew, so a job promoted before any clock says it is due shows.
-    const base = Date.now() + SKEW_MS + 1_000
+    const base = Date.now() + 1_000
     for (let n = 0; n < jobs; n++) {
       const runAt = base + n * 100
       due.set(await kind.enqueue({ n }, { runAt: new Date(runAt) }), runAt)
     }
     await terminal(producer, [...due.keys()])
     const offsets = [...due].map(([id, runAt]) => startedAt.get(id)! - runAt)
-    console.info(`clock skew: scheduled jobs started ${Math.min(...offsets)} to ${Math.max(...offsets)} ms after their time (poll ${POLL_MS} ms, fastest clock ${SKEW_MS} ms ahead)`)
-    for (const offset of offsets) expect(offset).toBeGreaterThanOrEqual(-SKEW_MS)
+    console.info(`clock skew: scheduled jobs started ${Math.min(...offsets)} to ${Math.max(...offsets)} ms after their time (poll ${POLL_MS} ms)`)
+    for (const offset of offsets) expect(offset).toBeGreaterThanOrEqual(0)
     if (FULL) for (const offset of offsets) expect(offset).toBeLessThanOrEqual(POLL_MS + LATE_SLACK_MS)
   }, bound(30_000, 120_000))
 
