@@ -53,7 +53,8 @@ export interface Driver<Tx = unknown, TxSync extends boolean = boolean> {
   jobFinishManyAndClaim?(params: FinishAndClaimParams): Promise<FinishAndClaimResult>
   /**
    * Puts claimed jobs that no handler has started back in the queue, each
-   * only while it is still running under that claim.
+   * only while it is still running under that claim, giving back the
+   * attempt that claim took.
    */
   jobRelease(params: { jobs: readonly { id: string; attempt: number }[]; now: number }): Promise<void>
   /**
@@ -61,7 +62,8 @@ export interface Driver<Tx = unknown, TxSync extends boolean = boolean> {
    * not in `keep`: the jobs a claim whose answer was lost (a dropped
    * connection, a timeout) may have marked running for that runner. The
    * runner calls it with every job it holds, while none of its claims is
-   * in flight, so no job a handler saw is queued again. Returns how many.
+   * in flight, so no job a handler saw is queued again; each gets back the
+   * attempt that claim took. Returns how many.
    */
   jobRequeueLost(params: { runnerId: string; keep: readonly string[]; now: number }): Promise<number>
   /**
@@ -351,7 +353,7 @@ export interface ClaimedJob {
   readonly id: string
   readonly kind: string
   readonly payload: string
-  /** Incremented by every claim; every later write is fenced on it. */
+  /** Incremented by every claim (one given back unstarted, released or lost, returns its number); every later write is fenced on it. */
   readonly attempt: number
   /** How many claims it may have in all. */
   readonly maxAttempts: number

@@ -4,10 +4,22 @@
  * quoted. Job times are milliseconds since the epoch from the runner's
  * clock; runner leases use the database's clock (see `dbNowMs`), so
  * runners on machines whose clocks disagree still agree on who is late.
+ * Whether a job is due is read on the earlier of the two (`dueNow`): a
+ * runner whose clock runs ahead never makes a job due before its time.
  */
 
 /** The database's clock in milliseconds since the epoch; clock_timestamp() moves within a transaction. */
 const dbNowMs = `(extract(epoch from clock_timestamp()) * 1000)::bigint`
+
+/**
+ * The time a due time is compared with: the runner's clock reading
+ * `param`, or the database's clock when that is earlier. A runner ahead
+ * of the database waits for the database's time; a runner's own clock
+ * held in the past (a test's) is followed as it is. statement_timestamp()
+ * is stable within the statement, so `run_at <= dueNow` still reads the
+ * index jobs_scheduled (clock_timestamp(), volatile, would not).
+ */
+const dueNow = (param: string) => `LEAST(${param}::bigint, (extract(epoch from statement_timestamp()) * 1000)::bigint)`
 
 /** The channel every jobtable schema notifies on; the payload names the schema. */
 export const NOTIFY_CHANNEL = 'jobtable_jobs'
@@ -45,7 +57,7 @@ export function queries(s: string) {
       INSERT INTO ${s}.jobs (id, kind, payload, scope, created_at, updated_at, priority, run_at, status,
                              max_attempts, timeout_ms, requeue_interrupted, trace_context)
       SELECT t.id, t.kind, t.payload, t.scope, $5, $5, t.priority, t.run_at,
-             CASE WHEN t.run_at > $5 THEN 'scheduled' ELSE 'queued' END,
+             CASE WHEN t.run_at > ${dueNow('$5')} THEN 'scheduled' ELSE 'queued' END,
              t.max_attempts, t.timeout_ms, t.requeue, t.trace_context
         FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $6::int[], $7::bigint[], $8::int[], $9::int[], $10::boolean[], $11::text[])
              WITH ORDINALITY AS t(id, kind, payload, scope, priority, run_at, max_attempts, timeout_ms, requeue, trace_context, ord)
@@ -61,7 +73,7 @@ export function queries(s: string) {
       INSERT INTO ${s}.jobs (id, kind, payload, scope, created_at, updated_at, priority, run_at, status,
                              max_attempts, timeout_ms, requeue_interrupted, trace_context, unique_key)
       SELECT t.id, t.kind, t.payload, t.scope, $5, $5, t.priority, t.run_at,
-             CASE WHEN t.run_at > $5 THEN 'scheduled' ELSE 'queued' END,
+             CASE WHEN t.run_at > ${dueNow('$5')} THEN 'scheduled' ELSE 'queued' END,
              t.max_attempts, t.timeout_ms, t.requeue, t.trace_context, t.unique_key
         FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $6::int[], $7::bigint[], $8::int[], $9::int[], $10::boolean[], $11::text[], $12::text[])
              WITH ORDINALITY AS t(id, kind, payload, scope, priority, run_at, max_attempts, timeout_ms, requeue, trace_context, unique_key, ord)
@@ -128,10 +140,10 @@ export function queries(s: string) {
      * answer was lost with its connection (the statement may have
      * committed). `$2` lists every job the runner holds: any other job
      * running under its id never reached a handler, so queuing it again
-     * starts no handler twice.
+     * starts no handler twice, and its attempt is given back.
      */
     requeueLostClaims: `
-      UPDATE ${s}.jobs SET status = 'queued', runner_id = NULL, started_at = NULL, updated_at = $3
+      UPDATE ${s}.jobs SET status = 'queued', runner_id = NULL, started_at = NULL, attempt = attempt - 1, updated_at = $3
        WHERE runner_id = $1 AND status = 'running' AND NOT (id = ANY($2::text[]))`,
 
     /**
@@ -155,14 +167,17 @@ export function queries(s: string) {
     /**
      * Fenced like finishJobs: sends jobs back for another attempt, each due
      * at its run_at (scheduled until then); a snooze (grant 1) gives back
-     * the attempt it used. Returns the ids it changed. The alias is
+     * the attempt it used. A retry's due time is its runner's clock plus a
+     * delay: from a runner whose clock is ahead of the database's it is
+     * stored that lead earlier, so the delay is waited on the database's
+     * time (see dueNow), not the lead besides. Returns the ids it changed. The alias is
      * `granted`, not `grant`: GRANT is a reserved word, a syntax error
      * (42601) as a column alias, which left every retry and snooze running.
      */
     retryJobs: `
       UPDATE ${s}.jobs AS j
          SET status = CASE WHEN j.cancel_requested THEN 'cancelled' WHEN f.run_at > $6 THEN 'scheduled' ELSE 'queued' END,
-             run_at = CASE WHEN j.cancel_requested THEN j.run_at ELSE f.run_at END,
+             run_at = CASE WHEN j.cancel_requested THEN j.run_at ELSE f.run_at - ($6::bigint - ${dueNow('$6')}) END,
              finished_at = CASE WHEN j.cancel_requested THEN $6::bigint END,
              result = coalesce(f.result::jsonb, j.result), runner_id = NULL, started_at = NULL,
              max_attempts = j.max_attempts + f.granted, updated_at = $6
@@ -170,10 +185,10 @@ export function queries(s: string) {
        WHERE j.id = f.id AND j.status = 'running' AND j.attempt = f.attempt
       RETURNING j.id`,
 
-    /** Fenced like finishJobs: puts claimed jobs no handler started back in the queue. */
+    /** Fenced like finishJobs: puts claimed jobs no handler started back in the queue, giving back the attempt each claim took. */
     releaseJobs: `
       UPDATE ${s}.jobs AS j
-         SET status = 'queued', runner_id = NULL, started_at = NULL, updated_at = $3
+         SET status = 'queued', runner_id = NULL, started_at = NULL, attempt = j.attempt - 1, updated_at = $3
         FROM unnest($1::text[], $2::int[]) AS r(id, attempt)
        WHERE j.id = r.id AND j.status = 'running' AND j.attempt = r.attempt`,
     finishJobs: `
@@ -269,12 +284,12 @@ export function queries(s: string) {
     deleteRunner: `DELETE FROM ${s}.runners WHERE id = $1`,
 
     /**
-     * Makes up to $2 scheduled jobs due at $1 queued, earliest due first.
-     * SKIP LOCKED: two schedulers promoting at once take disjoint rows.
+     * Makes up to $2 scheduled jobs due at $1 (or at the database's time,
+     * when earlier: see dueNow) queued, earliest due first. SKIP LOCKED: two schedulers promoting at once take disjoint rows.
      */
     promoteDue: `
       WITH due AS (
-        SELECT seq FROM ${s}.jobs WHERE status = 'scheduled' AND run_at <= $1 ORDER BY run_at LIMIT $2 FOR UPDATE SKIP LOCKED
+        SELECT seq FROM ${s}.jobs WHERE status = 'scheduled' AND run_at <= ${dueNow('$1')} ORDER BY run_at LIMIT $2 FOR UPDATE SKIP LOCKED
       )
       UPDATE ${s}.jobs AS j SET status = 'queued', updated_at = $1 FROM due WHERE j.seq = due.seq`,
 

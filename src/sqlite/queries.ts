@@ -133,9 +133,10 @@ export function claimJobs(arms: readonly ClaimArm[]): string {
 /**
  * Puts back the jobs running under @runnerId that it does not hold (@keep,
  * a JSON array of ids): what a claim whose answer was lost marked running.
+ * No handler saw that claim, so its attempt is given back.
  */
 export const requeueLost = `
-  UPDATE jobtable_jobs SET status = 'queued', runner_id = NULL, started_at = NULL, updated_at = @now
+  UPDATE jobtable_jobs SET status = 'queued', runner_id = NULL, started_at = NULL, attempt = attempt - 1, updated_at = @now
    WHERE status = 'running' AND runner_id = @runnerId
      AND id NOT IN (SELECT value FROM json_each(@keep))`
 
@@ -167,9 +168,9 @@ export const publishResult = `
   UPDATE jobtable_jobs SET result = @result, updated_at = @now
    WHERE id = @id AND status = 'running' AND attempt = @attempt`
 
-/** Fenced like publishResult: puts a claimed job no handler started back in the queue. */
+/** Fenced like publishResult: puts a claimed job no handler started back in the queue, giving back the attempt its claim took. */
 export const releaseJob = `
-  UPDATE jobtable_jobs SET status = 'queued', runner_id = NULL, started_at = NULL, updated_at = @now
+  UPDATE jobtable_jobs SET status = 'queued', runner_id = NULL, started_at = NULL, attempt = attempt - 1, updated_at = @now
    WHERE id = @id AND status = 'running' AND attempt = @attempt`
 
 /**

@@ -14,8 +14,9 @@ const PROMOTE_BATCH = 1_000
  * a job another process scheduled sooner is promoted within that at
  * worst. It never polls busily: one timer, unref'd.
  *
- * Due times are compared with the runner's clock, and the timer's delay
- * is computed from it: a test that moves an injected clock calls
+ * Due times are compared with the runner's clock (on PostgreSQL, with
+ * the database's when that is earlier), and the timer's delay is
+ * computed from it: a test that moves an injected clock calls
  * `runner.wake()`, which promotes at once when the clock has reached the
  * nearest due time (see `wake`).
  */
@@ -33,6 +34,8 @@ export class Scheduler {
   /** The clock's reading and the wait when the timer was last set for a due time, and whether that timer has fired since. */
   #armed: { at: number; wait: number; fired: boolean } | undefined
   #pass: Promise<void> | undefined
+  /** Set when the last pass left a job this clock calls due scheduled (see #run). */
+  #declined = false
   #again = false
   #stopped = false
 
@@ -94,14 +97,21 @@ export class Scheduler {
     this.#notedDuringPass = null
     try {
       let promoted = 0
+      let promotedAt: number
       for (;;) {
-        const n = await this.#driver.jobPromoteDue({ now: this.#clock(), limit: PROMOTE_BATCH })
+        promotedAt = this.#clock()
+        const n = await this.#driver.jobPromoteDue({ now: promotedAt, limit: PROMOTE_BATCH })
         promoted += n
         if (n < PROMOTE_BATCH) break
         if (n > 0) this.#onPromoted()
       }
       if (promoted > 0) this.#onPromoted()
-      this.#next = earlier(await this.#driver.queueNextDue({ now: this.#clock() }), this.#notedDuringPass)
+      const read = await this.#driver.queueNextDue({ now: this.#clock() })
+      this.#next = earlier(read, this.#notedDuringPass)
+      // A job due by the clock the promotion was sent with, yet left scheduled: the database judged it not
+      // due yet (a clock ahead of its own, see the PostgreSQL driver), or another promoter holds it. Look
+      // again at the poll, not at once. (A job noted during the pass may postdate the promotion: not so.)
+      this.#declined = read !== null && read <= promotedAt
     } catch (err) {
       this.#failed?.(err)
       this.#logger.error({ error: errorCode(err) }, 'promote scheduled jobs failed; retrying at the next pass')
@@ -121,7 +131,7 @@ export class Scheduler {
     clearTimeout(this.#timer)
     if (this.#stopped) return
     const now = this.#clock()
-    let wait = this.#next === null ? this.#pollMs : Math.min(this.#pollMs, Math.max(0, this.#next - now))
+    let wait = this.#next === null || this.#declined ? this.#pollMs : Math.min(this.#pollMs, Math.max(0, this.#next - now))
     const last = this.#armed
     if (wait > 0 && wait < this.#pollMs && last !== undefined && last.fired && now < last.at + last.wait / 2) wait = this.#pollMs
     const armed = { at: now, wait, fired: false }
