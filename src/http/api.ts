@@ -5,6 +5,7 @@ import {
   InvalidPayloadError,
   JOB_STATUSES,
   JobNotFoundError,
+  JobtableError,
   UnknownKindError,
   type JobStatus,
   type Logger,
@@ -348,8 +349,7 @@ export function createApi(options: ApiOptions): Api {
   app.onError((err) => {
     const known = toProblem(err)
     if (known) return known
-    // The class and code only: an error's message can quote a query's values or a secret.
-    logger?.error({ error: err instanceof Error ? err.name : typeof err, code: (err as { code?: unknown }).code }, 'request failed')
+    logger?.error(loggable(err), 'request failed')
     return problem('internal_error')
   })
 
@@ -358,13 +358,34 @@ export function createApi(options: ApiOptions): Api {
       try {
         return await app.fetch(request)
       } catch (err) {
-        logger?.error({ error: err instanceof Error ? err.name : typeof err }, 'request failed')
+        logger?.error(loggable(err), 'request failed')
         return problem('internal_error')
       }
     },
     close: () => {
       for (const end of [...streams]) end()
     },
+  }
+}
+
+/** The standard error classes, whose names are safe to log. */
+const BUILT_IN_ERRORS: readonly { readonly prototype: object; readonly name: string }[] = [Error, TypeError, RangeError, SyntaxError, ReferenceError, EvalError, URIError, AggregateError]
+
+/**
+ * What an unexpected error is logged as: jobtable's own class and code, or
+ * a standard class's name, never another error's message, name or code.
+ * Any of them may quote a secret: a payload validator's error may carry
+ * the value it refused as its name or code. Safe for a value that throws
+ * when looked at.
+ */
+function loggable(err: unknown): { error: string; code?: string } {
+  try {
+    if (err instanceof JobtableError) return { error: err.name, code: err.code }
+    const proto: unknown = typeof err === 'object' && err !== null ? Object.getPrototypeOf(err) : undefined
+    const builtIn = BUILT_IN_ERRORS.find((c) => c.prototype === proto)
+    return { error: builtIn?.name ?? 'unexpected' }
+  } catch {
+    return { error: 'unexpected' }
   }
 }
 
