@@ -122,11 +122,14 @@ export async function serve(ctx: CliContext, mode: 'serve' | 'worker'): Promise<
       const dbCode = outcome.failed instanceof DatabaseError ? { db_code: outcome.failed.dbCode } : {}
       logger.error({ error: errorName(outcome.failed), ...dbCode }, 'workers stopped on a database error')
     }
-    await listening?.close()
-    await metricsListening?.close()
-    // By the deadline: handlers still running then are left, their jobs
-    // running for the next start to fail as interrupted (the runner logs how many).
-    await runner.stop({ timeoutMs: stopTimeoutMs })
+    // Claiming stops now, however long the listeners take to close: no job
+    // starts after the signal. By the deadline, handlers still running are
+    // left, their jobs running for the next start to fail as interrupted
+    // (the runner logs how many), and requests still open are cut.
+    const stopped = runner.stop({ timeoutMs: stopTimeoutMs })
+    await listening?.close(stopTimeoutMs)
+    await metricsListening?.close(stopTimeoutMs)
+    await stopped
     await runner.close()
     metrics?.close()
     logger.info('stopped')
