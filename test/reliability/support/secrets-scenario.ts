@@ -63,9 +63,10 @@ export async function until(api: Recorder, id: string, ok: (job: { status: strin
  * control jobs, and the enqueues a validator, the parser or the database
  * refuses while quoting the value. Waits for every job to end, reads each
  * one's event stream and the metrics, and checks each job ended as it
- * must. Resolves to the jobs and what each ended as.
+ * must. Resolves to the jobs and what each ended as, and how many
+ * requests were refused.
  */
-export async function exercise(api: Recorder, marker: string, control: string, options: { metrics: boolean }): Promise<Map<string, Expected>> {
+export async function exercise(api: Recorder, marker: string, control: string, options: { metrics: boolean }): Promise<{ jobs: Map<string, Expected>; refused: number }> {
   const jobs = new Map<string, Expected>()
   const enqueue = async (body: unknown, expected: Omit<Expected, 'way'>, way: string) => {
     const a = await api.post(body)
@@ -130,5 +131,5 @@ export async function exercise(api: Recorder, marker: string, control: string, o
   await api.get('/api/v1/jobs?limit=1000')
   await api.get('/api/v1/stats')
   if (options.metrics) expect((await api.get('/metrics')).status).toBe(200)
-  return jobs
+  return { jobs, refused: refusals.length }
 }
