@@ -1,5 +1,6 @@
 import { createApi, bearerTokens, isLoopback, listen, type Api, type ApiOptions, type Listening } from '../http/index.js'
 import { DatabaseError, type Runner } from '../index.js'
+import { errorParts } from '../error-name.js'
 import { describeDatabase } from './database.js'
 import { loadKinds, type KindsModule } from './kinds.js'
 import { listenMetrics, metricsPlan, openMetrics, type CliMetrics } from './metrics.js'
@@ -168,9 +169,6 @@ async function runDemo(kinds: KindsModule, runner: Runner, url: string, signal: 
 }
 
 function errorName(err: unknown): string {
-  if (err instanceof Error) {
-    const code = (err as { code?: unknown }).code
-    return typeof code === 'string' ? `${err.name} (${code})` : err.name
-  }
-  return typeof err
+  const { name, code } = errorParts(err)
+  return code === undefined ? name : `${name} (${code})`
 }

@@ -5,7 +5,6 @@ import {
   InvalidPayloadError,
   JOB_STATUSES,
   JobNotFoundError,
-  JobtableError,
   UnknownKindError,
   type JobStatus,
   type Logger,
@@ -22,6 +21,7 @@ import { problem } from './problem.js'
 import { hostAllowed } from './hosts.js'
 import { isPageWithSlash, mountDashboard } from '../dashboard/index.js'
 import { optionsObject } from '../options.js'
+import { errorParts } from '../error-name.js'
 
 /** Options of createApi. Each default is given beside its field. */
 export interface ApiOptions {
@@ -368,25 +368,10 @@ export function createApi(options: ApiOptions): Api {
   }
 }
 
-/** The standard error classes, whose names are safe to log. */
-const BUILT_IN_ERRORS: readonly { readonly prototype: object; readonly name: string }[] = [Error, TypeError, RangeError, SyntaxError, ReferenceError, EvalError, URIError, AggregateError]
-
-/**
- * What an unexpected error is logged as: jobtable's own class and code, or
- * a standard class's name, never another error's message, name or code.
- * Any of them may quote a secret: a payload validator's error may carry
- * the value it refused as its name or code. Safe for a value that throws
- * when looked at.
- */
+/** What an unexpected error is logged as: see errorParts (never a message, nor a name or code anyone could have set). */
 function loggable(err: unknown): { error: string; code?: string } {
-  try {
-    if (err instanceof JobtableError) return { error: err.name, code: err.code }
-    const proto: unknown = typeof err === 'object' && err !== null ? Object.getPrototypeOf(err) : undefined
-    const builtIn = BUILT_IN_ERRORS.find((c) => c.prototype === proto)
-    return { error: builtIn?.name ?? 'unexpected' }
-  } catch {
-    return { error: 'unexpected' }
-  }
+  const { name, code } = errorParts(err)
+  return code === undefined ? { error: name } : { error: name, code }
 }
 
 /** The problem a known runner error answers with, or undefined for any other error. */

@@ -265,5 +265,20 @@ describeEachBackend('secret marker', (backend) => {
     )
     console.info(`secret marker, jobtable serve (${backend.name}): ${ROUNDS} round(s), ${ways} jobs and refused requests, ${processes.length} processes; 0 occurrences in ${searched}`)
   }, bound(90_000, 400_000))
-})
 
+  /** Proves the command's own error line, when the kinds module fails with the marker as its message, name, code and cause, at import or at registration, holds no form of it. */
+  it('keeps the marker out of the error line of jobtable serve and worker when the kinds module fails with it', async () => {
+    const marker = newMarker()
+    const lines: Channel[] = []
+    for (const mode of ['serve', 'worker']) {
+      for (const fail of ['import', 'register']) {
+        const args = [mode, '--kinds', 'test/reliability/support/secrets-broken-kinds.ts', '-d', store.database, ...(mode === 'serve' ? ['--port', '0'] : [])]
+        const c = jobtableCommand(args, { JT_SECRET_MARKER: marker.text, JT_SECRET_FAIL: fail })
+        expect(await c.exit, `${mode} ${fail}`).toBe(1)
+        expect(c.stderr, `${mode} ${fail}`).toMatch(/^jobtable: /)
+        lines.push({ name: `${mode}, failing at ${fail}: stderr`, text: c.stderr, control: false }, { name: `${mode}, failing at ${fail}: stdout`, text: c.stdout, control: false })
+      }
+    }
+    expectNoLeak(lines, marker, marker)
+  }, bound(60_000, 120_000))
+})
