@@ -4,7 +4,7 @@ import { join } from 'node:path'
 import { inspect } from 'node:util'
 import { pino, stdSerializers } from 'pino'
 import * as v from 'valibot'
-import { afterEach, beforeEach, describe, expect, it } from 'vitest'
+import { afterEach, beforeEach, describe, expect, it, onTestFinished } from 'vitest'
 import { z } from 'zod'
 import { Runner, type Logger } from 'jobtable'
 import { createMetrics } from 'jobtable/metrics'
@@ -265,14 +265,18 @@ describeEachBackend('secret marker', (backend) => {
     )
     console.info(`secret marker, jobtable serve (${backend.name}): ${ROUNDS} round(s), ${ways} jobs and refused requests, ${processes.length} processes; 0 occurrences in ${searched}`)
   }, bound(90_000, 400_000))
+})
 
+describe('secret marker: a kinds module that fails', () => {
   /** Proves the command's own error line, when the kinds module fails with the marker as its message, name, code and cause, at import or at registration, holds no form of it. */
   it('keeps the marker out of the error line of jobtable serve and worker when the kinds module fails with it', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'jobtable-secrets-kinds-'))
+    onTestFinished(() => rmSync(dir, { recursive: true, force: true }))
     const marker = newMarker()
     const lines: Channel[] = []
     for (const mode of ['serve', 'worker']) {
       for (const fail of ['import', 'register']) {
-        const args = [mode, '--kinds', 'test/reliability/support/secrets-broken-kinds.ts', '-d', store.database, ...(mode === 'serve' ? ['--port', '0'] : [])]
+        const args = [mode, '--kinds', 'test/reliability/support/secrets-broken-kinds.ts', '-d', join(dir, 'jobs.db'), ...(mode === 'serve' ? ['--port', '0'] : [])]
         const c = jobtableCommand(args, { JT_SECRET_MARKER: marker.text, JT_SECRET_FAIL: fail })
         expect(await c.exit, `${mode} ${fail}`).toBe(1)
         expect(c.stderr, `${mode} ${fail}`).toMatch(/^jobtable: /)
