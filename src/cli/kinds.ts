@@ -1,6 +1,7 @@
 import { resolve } from 'node:path'
 import { pathToFileURL } from 'node:url'
 import type { Runner } from '../index.js'
+import { describeError } from '../error-name.js'
 import { CliFailure } from './usage.js'
 
 /** What a --kinds module exports: `registerKinds` is required, `demo` is used by `serve --demo`. */
@@ -17,13 +18,8 @@ export async function loadKinds(path: string): Promise<KindsModule> {
     mod = (await import(pathToFileURL(resolve(path)).href)) as Partial<KindsModule>
   } catch (err) {
     // The module's own error may quote configuration: say only what failed and its class.
-    throw new CliFailure(`could not load the kinds module ${path} (${err instanceof Error ? err.name : 'error'}${codeOf(err)})`)
+    throw new CliFailure(`could not load the kinds module ${path} (${describeError(err)})`)
   }
   if (typeof mod.registerKinds !== 'function') throw new CliFailure(`${path} does not export a registerKinds(runner) function`)
   return mod as KindsModule
-}
-
-function codeOf(err: unknown): string {
-  const code = (err as { code?: unknown } | undefined)?.code
-  return typeof code === 'string' ? `: ${code}` : ''
 }

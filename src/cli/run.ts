@@ -1,3 +1,4 @@
+import { describeError } from '../error-name.js'
 import { JobtableError } from '../index.js'
 import { jobs, kinds, migrate } from './jobs.js'
 import { pruneCommand } from './prune.js'
@@ -46,12 +47,7 @@ export async function run(argv: string[], io: { stdout: NodeJS.WritableStream; s
     if (err instanceof CliFailure) io.stderr.write(`jobtable: ${err.message}\n`)
     // jobtable's own messages never quote payloads, results or database values.
     else if (err instanceof JobtableError) io.stderr.write(`jobtable: ${err.message.replace(/^jobtable: /, '')}\n`)
-    else io.stderr.write(`jobtable: failed (${err instanceof Error ? err.name : typeof err}${codeOf(err)})\n`)
+    else io.stderr.write(`jobtable: failed (${describeError(err)})\n`)
     return EXIT.failure
   }
-}
-
-function codeOf(err: unknown): string {
-  const code = (err as { code?: unknown } | undefined)?.code
-  return typeof code === 'string' ? `: ${code}` : ''
 }

@@ -1,5 +1,6 @@
 import { createApi, bearerTokens, isLoopback, listen, type Api, type ApiOptions, type Listening } from '../http/index.js'
 import { DatabaseError, type Runner } from '../index.js'
+import { errorParts } from '../error-name.js'
 import { describeDatabase } from './database.js'
 import { loadKinds, type KindsModule } from './kinds.js'
 import { listenMetrics, metricsPlan, openMetrics, type CliMetrics } from './metrics.js'
@@ -122,11 +123,14 @@ export async function serve(ctx: CliContext, mode: 'serve' | 'worker'): Promise<
       const dbCode = outcome.failed instanceof DatabaseError ? { db_code: outcome.failed.dbCode } : {}
       logger.error({ error: errorName(outcome.failed), ...dbCode }, 'workers stopped on a database error')
     }
-    await listening?.close()
-    await metricsListening?.close()
-    // By the deadline: handlers still running then are left, their jobs
-    // running for the next start to fail as interrupted (the runner logs how many).
-    await runner.stop({ timeoutMs: stopTimeoutMs })
+    // Claiming stops now, however long the listeners take to close: no job
+    // starts after the signal. By the deadline, handlers still running are
+    // left, their jobs running for the next start to fail as interrupted
+    // (the runner logs how many), and requests still open are cut.
+    const stopped = runner.stop({ timeoutMs: stopTimeoutMs })
+    await listening?.close(stopTimeoutMs)
+    await metricsListening?.close(stopTimeoutMs)
+    await stopped
     await runner.close()
     metrics?.close()
     logger.info('stopped')
@@ -165,9 +169,6 @@ async function runDemo(kinds: KindsModule, runner: Runner, url: string, signal: 
 }
 
 function errorName(err: unknown): string {
-  if (err instanceof Error) {
-    const code = (err as { code?: unknown }).code
-    return typeof code === 'string' ? `${err.name} (${code})` : err.name
-  }
-  return typeof err
+  const { name, code } = errorParts(err)
+  return code === undefined ? name : `${name} (${code})`
 }

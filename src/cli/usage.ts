@@ -98,7 +98,8 @@ Exit codes: 0 ok, 1 runtime failure, 2 usage error.
 Serves the HTTP API (/api/v1/jobs) and its dashboard (/), and runs workers
 in one process. The dashboard reads through the API, with the same tokens.
 SIGTERM or SIGINT stops gracefully, waiting up to --stop-timeout for running
-jobs; a second signal exits at once.
+jobs; a second signal exits at once (signals within 1 s of the first count as
+one).
 
 Options:
 ${DATABASE}
@@ -125,8 +126,9 @@ ${RETENTION}${LOG}
 
 Runs workers only: claims queued jobs from the database and runs them.
 SIGTERM or SIGINT stops gracefully, waiting up to --stop-timeout for running
-jobs; a second signal exits at once. Exits 1 when the workers stop on a
-database error that can never succeed.
+jobs; a second signal exits at once (signals within 1 s of the first count as
+one). Exits 1 when the workers stop on a database error that can never
+succeed.
 
 Options:
 ${DATABASE}

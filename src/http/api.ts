@@ -21,6 +21,7 @@ import { problem } from './problem.js'
 import { hostAllowed } from './hosts.js'
 import { isPageWithSlash, mountDashboard } from '../dashboard/index.js'
 import { optionsObject } from '../options.js'
+import { errorParts } from '../error-name.js'
 
 /** Options of createApi. Each default is given beside its field. */
 export interface ApiOptions {
@@ -348,8 +349,7 @@ export function createApi(options: ApiOptions): Api {
   app.onError((err) => {
     const known = toProblem(err)
     if (known) return known
-    // The class and code only: an error's message can quote a query's values or a secret.
-    logger?.error({ error: err instanceof Error ? err.name : typeof err, code: (err as { code?: unknown }).code }, 'request failed')
+    logger?.error(loggable(err), 'request failed')
     return problem('internal_error')
   })
 
@@ -358,7 +358,7 @@ export function createApi(options: ApiOptions): Api {
       try {
         return await app.fetch(request)
       } catch (err) {
-        logger?.error({ error: err instanceof Error ? err.name : typeof err }, 'request failed')
+        logger?.error(loggable(err), 'request failed')
         return problem('internal_error')
       }
     },
@@ -366,6 +366,12 @@ export function createApi(options: ApiOptions): Api {
       for (const end of [...streams]) end()
     },
   }
+}
+
+/** What an unexpected error is logged as: see errorParts (never a message, nor a name or code anyone could have set). */
+function loggable(err: unknown): { error: string; code?: string } {
+  const { name, code } = errorParts(err)
+  return code === undefined ? { error: name } : { error: name, code }
 }
 
 /** The problem a known runner error answers with, or undefined for any other error. */

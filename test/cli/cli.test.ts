@@ -9,6 +9,7 @@ import { defineKind, Runner } from 'jobtable'
 import { sqlite } from 'jobtable/sqlite'
 import pg from 'pg'
 import { describeDatabase } from '../../src/cli/database.js'
+import { REPEAT_WINDOW_MS } from '../../src/cli/signals.js'
 import { PG_URL, postgresSkipReason, testSchema } from '../support/backends.js'
 import { samplesOf } from '../support/prometheus.js'
 import { registerKinds } from './fixtures/kinds.js'
@@ -214,8 +215,9 @@ describe('jobtable command', () => {
     const { id } = (await created.json()) as { id: string }
     await poll(async () => (await (await fetch(`${url}/api/v1/jobs/${id}`)).json()) as { result: unknown }, (j) => j.result !== null)
     c.proc.kill('SIGTERM')
-    // Wait for the first signal to be taken before sending the second.
+    // Wait for the first signal to be taken, and past the window in which a repeat counts as the same signal, before sending the second.
     await poll(async () => c.stderr, (text) => text.includes('stopping'))
+    await new Promise((r) => setTimeout(r, REPEAT_WINDOW_MS + 100))
     c.proc.kill('SIGTERM')
     expect(await c.exit).toBe(143)
     expect(c.stderr).toContain('second signal')
