@@ -35,11 +35,11 @@ async function crashAndRestart(backend: (typeof BACKENDS)[number], step: KillSte
   try {
     const p = store.producer
     const holdId = step === 'cancel' ? await p.enqueue(hold.name, { ms: 0 }) : undefined
-    // Claimed in this order by two workers: the flaky job first, so its retry is reached before a plain job's kill.
+    // Claimed in this order by two workers: the idempotent job first, running for 300 ms, so a kill
+    // at most steps finds it running; then the flaky job, whose retry comes before a plain job's kill.
+    await p.enqueue(idem.name, { ms: 300 })
     await p.enqueue(flaky.name, { ms: 0 })
-    for (const ms of [20, 20]) await p.enqueue(plain.name, { ms })
-    await p.enqueue(idem.name, { ms: 20 })
-    for (const ms of [20, 20]) await p.enqueue(plain.name, { ms })
+    for (let i = 0; i < 4; i++) await p.enqueue(plain.name, { ms: 20 })
 
     const crashed = store.spawn({ JT_KILL_AT: step === 'recovery' ? 'mid-handler' : step })
     if (holdId !== undefined) {

@@ -39,7 +39,12 @@ export function checkRecovered(step: KillStep, atCrash: readonly JobState[], aft
     statuses[job.status] = (statuses[job.status] ?? 0) + 1
     expect(TERMINAL.has(job.status), what).toBe(true)
     expect(new Set(attempts).size, `${what}: an attempt started twice`).toBe(attempts.length)
-    if (job.kind === 'idem') idempotentRestarts += Math.max(0, attempts.length - 1)
+    if (job.kind === 'idem') {
+      // Started again only after a crash: each start in a process of its own.
+      const pids = ledger.filter((l) => l.e === 'start' && l.id === job.id).map((l) => l.pid)
+      expect(new Set(pids).size, `${what}: started twice in one process`).toBe(pids.length)
+      idempotentRestarts += Math.max(0, attempts.length - 1)
+    }
     else expect(attempts.length, `${what}: started ${attempts.length} times`).toBeLessThanOrEqual(job.kind === 'flaky' ? 2 : 1)
     if (TERMINAL.has(was.status)) {
       expect(job, `${what}: a committed job changed`).toEqual(was)
