@@ -19,6 +19,13 @@ import { bound, FULL, size } from './sizes.js'
 
 const JOBS = size('random_kills_jobs', 300, 10_000)
 const KILLS = size('random_kills_kills', 2, 100)
+/**
+ * Workers per process: at the full size enough that, with processes down while they restart, the jobs are
+ * done about when the kills end (with 4 and 6, 1,000-3,000 jobs were left then); in npm test few enough
+ * that the kills fall while jobs run.
+ */
+const PG_WORKERS = size('random_kills_pg_workers', 4, 8)
+const SQLITE_WORKERS = size('random_kills_sqlite_workers', 6, 16)
 const LEASE_MS = 3_000
 const BACKENDS = ['sqlite', 'postgres'] as const
 
@@ -26,8 +33,7 @@ const random = (from: number, to: number) => from + Math.floor(Math.random() * (
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms))
 
 async function randomKills(backend: (typeof BACKENDS)[number], rolling: boolean): Promise<void> {
-  // 4 processes of 4 workers on PostgreSQL, 2 of 6 on SQLite: at the full size the jobs last about as long as the kills.
-  const [processes, workers] = backend === 'postgres' ? [4, 4] : [2, 6]
+  const [processes, workers] = backend === 'postgres' ? [4, PG_WORKERS] : [2, SQLITE_WORKERS]
   const store = await crashStore(backend, { leaseMs: LEASE_MS, sweepMs: 500, pollMs: 100 })
   const log = join(store.dir, 'workers.log')
   try {
@@ -64,6 +70,7 @@ async function randomKills(backend: (typeof BACKENDS)[number], rolling: boolean)
       spawn(slot)
     }
     const lastKill = Date.now()
+    const leftAtLastKill = await store.unfinished()
     await waitFor('every job to end', async () => (await store.unfinished()) === 0, bound(60_000, 300_000), 100)
     const settledMs = Date.now() - lastKill
     for (const proc of slots) proc.child.kill('SIGTERM')
@@ -82,7 +89,7 @@ async function randomKills(backend: (typeof BACKENDS)[number], rolling: boolean)
     const totalStarts = [...starts.values()].reduce((n, a) => n + a.length, 0)
     console.log(
       `random-kills ${backend}${rolling ? ' rolling deploy' : ''}: ${JOBS} jobs, ${KILLS} kills over ${lastKill - t0} ms, ${totalStarts} starts, ` +
-        `statuses ${JSON.stringify(statuses)}, all terminal ${settledMs} ms after the last kill`,
+        `statuses ${JSON.stringify(statuses)}, ${leftAtLastKill} unfinished at the last kill, all terminal ${settledMs} ms after it`,
     )
 
     // Every id accounted for, each exactly once, and the counts sum to exactly the jobs enqueued.
