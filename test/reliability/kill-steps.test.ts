@@ -103,7 +103,7 @@ for (const backend of BACKENDS) {
           for (const r of runs) for (const [s, n] of Object.entries(r.statuses)) statuses[s] = (statuses[s] ?? 0) + n
           const ms = runs.map((r) => r.ms).sort((a, b) => a - b)
           console.log(
-            `kill-steps ${backend} ${step}: ${runs.length} kills, ${sum((r) => r.jobs)} jobs, ${sum((r) => r.starts)} starts ` +
+            `kill-steps ${backend} ${step}: ${runs.length} rounds, ${sum((r) => r.kills)} kills, ${sum((r) => r.jobs)} jobs, ${sum((r) => r.starts)} starts ` +
               `(${sum((r) => r.idempotentRestarts)} idempotent restarts), statuses ${JSON.stringify(statuses)}, ` +
               `restart to all terminal: median ${ms[ms.length >> 1]} ms, max ${ms[ms.length - 1]} ms`,
           )

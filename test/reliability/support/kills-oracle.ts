@@ -7,6 +7,8 @@ const TERMINAL = new Set(['succeeded', 'failed', 'cancelled'])
 
 /** What one crash and restart came to, for the report. */
 export interface Recovered {
+  /** SIGKILLs: one, or two for `recovery` (the crash it recovers from, then the kill inside the recovery). */
+  readonly kills: number
   readonly jobs: number
   readonly starts: number
   /** Starts of idempotent jobs beyond their first: allowed only after a crash. */
@@ -60,7 +62,7 @@ export function checkRecovered(step: KillStep, atCrash: readonly JobState[], aft
     }
   }
   checkKill(step, ledger, before, new Map(after.map((j) => [j.id, j])))
-  return { jobs: after.length, starts: [...starts.values()].reduce((n, a) => n + a.length, 0), idempotentRestarts, statuses }
+  return { kills: ledger.filter((l) => l.e === 'kill').length, jobs: after.length, starts: [...starts.values()].reduce((n, a) => n + a.length, 0), idempotentRestarts, statuses }
 }
 
 /** The kill itself: at the step asked for, of the job it names, which the crash left as that step should. */
