@@ -3,11 +3,11 @@ import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { afterEach, beforeEach, describe, expect, it } from 'vitest'
 import { z } from 'zod'
-import { CODE_INTERRUPTED, DatabaseError, defineKind, Runner } from 'jobtable'
+import { CODE_INTERRUPTED, defineKind, Runner } from 'jobtable'
 import { sqlite } from 'jobtable/sqlite'
 import { FaultyDriver } from '../support/faults.js'
 import { captureLogs } from '../support/logs.js'
-import { gate, track } from '../support/wait.js'
+import { gate, retryTransient, track } from '../support/wait.js'
 import { eventually, spawnWorker, type WorkerProcess, readSqlite, sqliteLedger } from './processes.js'
 
 const silent = { debug() {}, info() {}, warn() {}, error() {} }
@@ -58,7 +58,7 @@ describe('sqlite: several processes on one file', () => {
     await Promise.all(procs.map((p) => p.ready))
     const ids: string[] = []
     // As an application would: a batch refused as busy (two processes' workers writing the file) is tried again; it stored nothing.
-    for (let i = 0; i < 20_000; i += 1000) ids.push(...(await untilStored(() => kind.enqueueMany(Array.from({ length: 1000 }, () => ({ ms: 0 }))))))
+    for (let i = 0; i < 20_000; i += 1000) ids.push(...(await retryTransient(() => kind.enqueueMany(Array.from({ length: 1000 }, () => ({ ms: 0 }))))))
     // The processes learn of these inserts from the file's change counter (pollIntervalMs).
     await eventually(async () => read<{ n: number }>(`SELECT count(*) AS n FROM jobtable_jobs WHERE status IN ('queued', 'running')`)[0]!.n === 0, 250)
 
@@ -136,15 +136,3 @@ describe('sqlite: several processes on one file', () => {
     expect((await second.get(id)).status).toBe('succeeded')
   })
 })
-
-/** Runs an enqueue again while it is refused for a transient reason (SQLITE_BUSY past the busy timeout), a few times at most. */
-async function untilStored<T>(enqueue: () => Promise<T>): Promise<T> {
-  for (let attempt = 1; ; attempt++) {
-    try {
-      return await enqueue()
-    } catch (err) {
-      if (!(err instanceof DatabaseError) || !err.transient || attempt >= 20) throw err
-      await new Promise((resolve) => setTimeout(resolve, 10 * attempt))
-    }
-  }
-}

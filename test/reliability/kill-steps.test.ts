@@ -2,6 +2,7 @@ import { describe, expect, it } from 'vitest'
 import { postgresSkipReason } from '../support/backends.js'
 import { flaky, hold, idem, KILL_STEPS, plain, type KillStep } from './support/kills-kinds.js'
 import { checkRecovered, type Recovered } from './support/kills-oracle.js'
+import { retryTransient } from '../support/wait.js'
 import { crashStore, exitOf, pool, waitFor } from './support/kills-store.js'
 import { bound, FULL, size } from './sizes.js'
 
@@ -44,7 +45,7 @@ async function crashAndRestart(backend: (typeof BACKENDS)[number], step: KillSte
     const crashed = store.spawn({ JT_KILL_AT: step === 'recovery' ? 'mid-handler' : step })
     if (holdId !== undefined) {
       await waitFor('the held job to start', () => store.ledger().some((l) => l.e === 'start' && l.id === holdId))
-      expect(await retried(() => p.cancel(holdId))).toBe('requested')
+      expect(await retryTransient(() => p.cancel(holdId))).toBe('requested')
     }
     expect(await exitOf(crashed, `the process killed at ${step}`)).toBe('SIGKILL')
     if (step === 'recovery') {
@@ -68,18 +69,6 @@ async function crashAndRestart(backend: (typeof BACKENDS)[number], step: KillSte
     return { ...figures, ms }
   } finally {
     await store.drop()
-  }
-}
-
-/** A cancel refused as busy (a worker holding the SQLite file's write lock) is tried again, as an application would. */
-async function retried<T>(op: () => Promise<T>): Promise<T> {
-  for (let attempt = 1; ; attempt++) {
-    try {
-      return await op()
-    } catch (err) {
-      if (attempt >= 20 || (err as { transient?: boolean }).transient !== true) throw err
-      await new Promise((r) => setTimeout(r, 10 * attempt))
-    }
   }
 }
 

@@ -1,10 +1,11 @@
 import { existsSync, readFileSync } from 'node:fs'
 import { join } from 'node:path'
 import { describe, expect, it } from 'vitest'
-import { CODE_INTERRUPTED, CODE_UNKNOWN_KIND, DatabaseError } from 'jobtable'
+import { CODE_INTERRUPTED, CODE_UNKNOWN_KIND } from 'jobtable'
 import { postgresSkipReason } from '../support/backends.js'
 import type { WorkerProcess } from '../multiprocess/processes.js'
 import { work, workV2 } from './support/kills-kinds.js'
+import { retryTransient } from '../support/wait.js'
 import { crashStore, exitOf, startsOf, waitFor } from './support/kills-store.js'
 import { bound, FULL, size } from './sizes.js'
 
@@ -54,7 +55,7 @@ async function randomKills(backend: (typeof BACKENDS)[number], rolling: boolean)
     const ids: string[] = []
     for (const [k, kind] of kinds.entries()) {
       const n = Math.floor(JOBS / kinds.length) + (k < JOBS % kinds.length ? 1 : 0)
-      ids.push(...(await untilStored(() => kind.enqueueMany(Array.from({ length: n }, () => ({ ms: random(0, 200) }))))))
+      ids.push(...(await retryTransient(() => kind.enqueueMany(Array.from({ length: n }, () => ({ ms: random(0, 200) }))), 50)))
     }
     expect(ids).toHaveLength(JOBS)
 
@@ -114,18 +115,6 @@ async function randomKills(backend: (typeof BACKENDS)[number], rolling: boolean)
     if (FULL) expect(settledMs).toBeLessThanOrEqual((backend === 'postgres' ? LEASE_MS : 0) + 10_000)
   } finally {
     await store.drop()
-  }
-}
-
-/** Runs an enqueue again while it is refused for a transient reason (SQLITE_BUSY: the workers write the file too), as an application would. */
-async function untilStored<T>(enqueue: () => Promise<T>): Promise<T> {
-  for (let attempt = 1; ; attempt++) {
-    try {
-      return await enqueue()
-    } catch (err) {
-      if (!(err instanceof DatabaseError) || !err.transient || attempt >= 50) throw err
-      await sleep(10 * attempt)
-    }
   }
 }
 

@@ -69,3 +69,19 @@ export function aborted(signal: AbortSignal): Promise<void> {
   if (signal.aborted) return Promise.resolve()
   return new Promise((resolve) => signal.addEventListener('abort', () => resolve(), { once: true }))
 }
+
+/**
+ * Runs `op` again while the database refuses it for a transient reason
+ * (SQLITE_BUSY while other processes write the file), as an application
+ * would: up to `tries` times, waiting 10 ms longer each time.
+ */
+export async function retryTransient<T>(op: () => Promise<T>, tries = 20): Promise<T> {
+  for (let attempt = 1; ; attempt++) {
+    try {
+      return await op()
+    } catch (err) {
+      if ((err as { transient?: unknown } | null)?.transient !== true || attempt >= tries) throw err
+      await new Promise((resolve) => setTimeout(resolve, 10 * attempt))
+    }
+  }
+}
