@@ -117,7 +117,7 @@ export async function serve(ctx: CliContext, mode: 'serve' | 'worker'): Promise<
     ])
     demoStop.abort()
     if ('signal' in outcome) {
-      logger.info({ signal: outcome.signal, stop_timeout_ms: stopTimeoutMs }, 'stopping: waiting for running jobs up to the stop timeout (a second signal exits at once)')
+      logger.info({ signal: outcome.signal, stop_timeout_ms: stopTimeoutMs }, 'stopping: waiting for running jobs up to the stop timeout (a signal more than 1 s after this one exits at once)')
     } else {
       // The database's own code (SQLITE_ERROR, a SQLSTATE), never its message, which can quote values.
       const dbCode = outcome.failed instanceof DatabaseError ? { db_code: outcome.failed.dbCode } : {}
