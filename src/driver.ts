@@ -8,16 +8,41 @@ import type { JobStatus, TerminalStatus } from './job.js'
  * says so through `capabilities`; the runner never asks which database it
  * is on.
  *
+ * The methods are grouped by role, each a small interface (DriverHotPath,
+ * DriverMaintenance, DriverPresence, DriverAdmin, DriverWakeups): a
+ * service asks only for the role it uses, and `Driver` is their
+ * intersection with the driver's identity and lifecycle (DriverBase).
+ *
  * `Tx` is the type of the user's own transaction handle that
  * `jobInsertTx` writes through; `TxSync` says whether that write is
  * synchronous (SQLite through better-sqlite3, whose transactions must not
  * await) or returns a promise (PostgreSQL).
  */
-export interface Driver<Tx = unknown, TxSync extends boolean = boolean> {
+export interface Driver<Tx = unknown, TxSync extends boolean = boolean>
+  extends DriverBase<TxSync>,
+    DriverHotPath<Tx, TxSync>,
+    DriverMaintenance,
+    DriverPresence,
+    DriverAdmin,
+    DriverWakeups {}
+
+/** What every driver is besides its roles: its name, capabilities, migrations and close. */
+export interface DriverBase<TxSync extends boolean = boolean> {
   /** A short name for logs and errors, e.g. `sqlite`. */
   readonly name: string
   readonly capabilities: DriverCapabilities<TxSync>
+  /**
+   * Applies any pending migrations now. Optional: a driver that migrates
+   * when it opens (SQLite) has nothing left to do; one that migrates on
+   * first use (PostgreSQL) does it here, for a deploy step.
+   */
+  migrate?(): Promise<void>
+  /** Closes the connections the driver opened itself; a database handed in by the user stays open. */
+  close(): Promise<void>
+}
 
+/** The hot path: what every job costs (insert, claim, publish, final write, release). Used by the enqueuer, the worker pool, the completer and the claim gate. */
+export interface DriverHotPath<Tx = unknown, TxSync extends boolean = boolean> {
   /**
    * Stores queued jobs, all in one transaction. A job with a `uniqueKey`
    * is not stored while a job of its kind, scope and key is scheduled,
@@ -66,6 +91,10 @@ export interface Driver<Tx = unknown, TxSync extends boolean = boolean> {
    * attempt that claim took. Returns how many.
    */
   jobRequeueLost(params: { runnerId: string; keep: readonly string[]; now: number }): Promise<number>
+}
+
+/** Maintenance: the chores a started runner does on timers (promote due jobs, prune, recover the jobs of gone runners, fail unserved kinds, recurring schedules). */
+export interface DriverMaintenance {
   /**
    * Makes up to `limit` scheduled jobs due at `now` queued (earliest due
    * first), so claims find them; returns how many. Each is promoted by
@@ -74,38 +103,6 @@ export interface Driver<Tx = unknown, TxSync extends boolean = boolean> {
   jobPromoteDue(params: { now: number; limit: number }): Promise<number>
   /** The earliest due time of any scheduled job, or null when none is scheduled. */
   queueNextDue(params: { now: number }): Promise<number | null>
-  /**
-   * How many jobs are live, for metrics: queued and running ones per kind,
-   * and scheduled ones across kinds (`kind` null: no index leads with the
-   * kind of a scheduled job, so counting them by kind would read every
-   * one). Each count is exact up to `limit` and reads `limit` beyond it,
-   * so the statement reads at most `limit` index entries per kind and
-   * status, however big the backlog. A kind and status with no job is
-   * left out.
-   */
-  queueCounts(params: { limit: number }): Promise<QueueCount[]>
-  /**
-   * Pauses a kind for every process on the database, across restarts: no
-   * claim takes its jobs until kindResume. Resolves true when it was not
-   * paused before.
-   */
-  kindPause(params: { kind: string; now: number }): Promise<boolean>
-  /** Lets claims take the kind's jobs again; true when it was paused. Idle runners of other processes find them within their poll. */
-  kindResume(params: { kind: string }): Promise<boolean>
-  /** The paused kinds, by name, with when each was paused (epoch ms). */
-  kindsPaused(): Promise<{ kind: string; pausedAt: number }[]>
-  /**
-   * Moves the recurring schedule `name`'s last tick forward to `tickAt`
-   * and stores `jobs` (that tick's job, or none for a tick passed over)
-   * in the same transaction; a schedule not recorded yet is recorded at
-   * `tickAt`. When the schedule is already at or past `tickAt` nothing is
-   * written and it resolves false. Each tick moves it forward once,
-   * whatever runs concurrently: that is what enqueues a tick exactly once
-   * across processes. Unique keys in `jobs` work as in jobInsertMany.
-   */
-  scheduleAdvance(params: { name: string; tickAt: number; jobs: readonly NewJob[]; now: number }): Promise<boolean>
-  /** The last tick recorded for each of the schedules `names` that has one. */
-  schedulesRead(params: { names: readonly string[] }): Promise<{ name: string; lastTickAt: number }[]>
   /**
    * Deletes up to `limit` terminal jobs of `kind` whose status is one of
    * `statuses` and that finished before `finishedBefore` (epoch ms), in
@@ -136,6 +133,22 @@ export interface Driver<Tx = unknown, TxSync extends boolean = boolean> {
    */
   jobFailInterrupted(params: { runnerId: string; error: string; now: number }): Promise<{ failed: number; requeued: number }>
   /**
+   * Moves the recurring schedule `name`'s last tick forward to `tickAt`
+   * and stores `jobs` (that tick's job, or none for a tick passed over)
+   * in the same transaction; a schedule not recorded yet is recorded at
+   * `tickAt`. When the schedule is already at or past `tickAt` nothing is
+   * written and it resolves false. Each tick moves it forward once,
+   * whatever runs concurrently: that is what enqueues a tick exactly once
+   * across processes. Unique keys in `jobs` work as in jobInsertMany.
+   */
+  scheduleAdvance(params: { name: string; tickAt: number; jobs: readonly NewJob[]; now: number }): Promise<boolean>
+  /** The last tick recorded for each of the schedules `names` that has one. */
+  schedulesRead(params: { names: readonly string[] }): Promise<{ name: string; lastTickAt: number }[]>
+}
+
+/** Presence: a runner telling the database it is alive, so that others can tell when it is gone. */
+export interface DriverPresence {
+  /**
    * Records `runnerId` as a live runner of `kinds` (those it has handlers
    * for) and takes up its liveness signal; called by a runner before it
    * claims anything. Registering again updates its kinds.
@@ -149,20 +162,10 @@ export interface Driver<Tx = unknown, TxSync extends boolean = boolean> {
   runnerHeartbeat(params: { runnerId: string; now: number }): Promise<boolean>
   /** Forgets a stopped runner and releases its liveness signal; a job it left running is then failed by the next sweep. */
   runnerUnregister(params: { runnerId: string }): Promise<void>
-  /**
-   * Calls `callback` when another process or connection may have queued a
-   * job (a notification, a fallback poll), so the runner looks for work.
-   * Returns the function that stops the calls. A driver whose database
-   * cannot tell other processes of an insert omits it.
-   */
-  onWake?(callback: (what: WakeReason) => void): () => void
-  /**
-   * Optional: a value that differs from the last one read whenever a
-   * write has been committed to the jobs since (by any process), and
-   * stays equal while nothing was: event streams read their jobs again
-   * only when it moved. A driver without one is read each poll.
-   */
-  changeToken?(): Promise<string>
+}
+
+/** Admin: what an application, the HTTP API, the CLI and the dashboard read and change (cancel, retry now, pause, counts, get, list). */
+export interface DriverAdmin {
   /**
    * Cancels the job `id` (within `scope` as in jobGet): a queued or
    * scheduled one becomes `cancelled` at once ('cancelled'); a running one
@@ -188,6 +191,16 @@ export interface Driver<Tx = unknown, TxSync extends boolean = boolean> {
    */
   jobRetryNow(params: { id: string; scope?: string | null; now: number }): Promise<RetryNowResult>
   /**
+   * Pauses a kind for every process on the database, across restarts: no
+   * claim takes its jobs until kindResume. Resolves true when it was not
+   * paused before.
+   */
+  kindPause(params: { kind: string; now: number }): Promise<boolean>
+  /** Lets claims take the kind's jobs again; true when it was paused. Idle runners of other processes find them within their poll. */
+  kindResume(params: { kind: string }): Promise<boolean>
+  /** The paused kinds, by name, with when each was paused (epoch ms). */
+  kindsPaused(): Promise<{ kind: string; pausedAt: number }[]>
+  /**
    * Counts the jobs of `scope` (as in jobGet: undefined counts every
    * scope) by kind and status: one entry per pair with at least one job,
    * in no particular order.
@@ -207,13 +220,33 @@ export interface Driver<Tx = unknown, TxSync extends boolean = boolean> {
    */
   jobList(params: JobListParams): Promise<JobRow[]>
   /**
-   * Applies any pending migrations now. Optional: a driver that migrates
-   * when it opens (SQLite) has nothing left to do; one that migrates on
-   * first use (PostgreSQL) does it here, for a deploy step.
+   * How many jobs are live, for metrics: queued and running ones per kind,
+   * and scheduled ones across kinds (`kind` null: no index leads with the
+   * kind of a scheduled job, so counting them by kind would read every
+   * one). Each count is exact up to `limit` and reads `limit` beyond it,
+   * so the statement reads at most `limit` index entries per kind and
+   * status, however big the backlog. A kind and status with no job is
+   * left out.
    */
-  migrate?(): Promise<void>
-  /** Closes the connections the driver opened itself; a database handed in by the user stays open. */
-  close(): Promise<void>
+  queueCounts(params: { limit: number }): Promise<QueueCount[]>
+}
+
+/** Wake-ups: how a runner learns that another process wrote something it should look at. */
+export interface DriverWakeups {
+  /**
+   * Calls `callback` when another process or connection may have queued a
+   * job (a notification, a fallback poll), so the runner looks for work.
+   * Returns the function that stops the calls. A driver whose database
+   * cannot tell other processes of an insert omits it.
+   */
+  onWake?(callback: (what: WakeReason) => void): () => void
+  /**
+   * Optional: a value that differs from the last one read whenever a
+   * write has been committed to the jobs since (by any process), and
+   * stays equal while nothing was: event streams read their jobs again
+   * only when it moved. A driver without one is read each poll.
+   */
+  changeToken?(): Promise<string>
 }
 
 /** One count of queueCounts. */
@@ -369,22 +402,36 @@ export interface ClaimedJob {
   readonly readyAt: number
 }
 
-/** The final write of a claimed job. */
+/**
+ * The final write of a claimed job, in the runner's vocabulary (see
+ * src/runner/outcome.ts, which decides it). Fenced on `attempt`: it
+ * applies only while the job is running under that claim. A job whose
+ * cancellation was requested in the database ends `cancelled` whatever
+ * the write says (the runner may not have seen the request yet); a
+ * result it carries is kept.
+ */
 export interface JobFinish {
   readonly id: string
   readonly attempt: number
   /**
-   * `retry`: back to the queue, due at `runAt` (stored `scheduled` until
-   * then, or `queued` when already due), for another attempt.
+   * `succeeded`, `failed` (with `error`, its failure code) and
+   * `cancelled` are terminal. `retry` sends the job back for another
+   * attempt, due at `runAt` (stored `scheduled` until then, or `queued`
+   * when already due); `snoozed` does the same and gives back the
+   * attempt this claim used (max_attempts + 1).
    */
-  readonly status: Extract<JobStatus, 'succeeded' | 'failed'> | 'retry'
+  readonly status: 'succeeded' | 'failed' | 'cancelled' | 'retry' | 'snoozed'
   /** The public result as JSON text: set on success, kept from the last partial result when null. */
   readonly result: string | null
+  /** The failure code of a `failed` write; null otherwise. */
   readonly error: string | null
-  /** For a retry: when it runs next (epoch ms). */
+  /** For a retry or a snooze: when it runs next (epoch ms); null otherwise. */
   readonly runAt: number | null
-  /** For a snooze: 1 gives back the attempt this claim used (max_attempts + 1); else 0. */
-  readonly grant: 0 | 1
+}
+
+/** Whether a final write sends its job back to the queue (a retry or a snooze) rather than ending it. */
+export function sendsBack(finish: JobFinish): boolean {
+  return finish.status === 'retry' || finish.status === 'snoozed'
 }
 
 /** A job as stored, with its result still JSON text. */

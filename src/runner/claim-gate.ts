@@ -1,4 +1,4 @@
-import type { ClaimedJob, Driver } from '../driver.js'
+import type { ClaimedJob, DriverHotPath } from '../driver.js'
 
 /**
  * Every claim a runner makes passes through here, so that a claim whose
@@ -16,7 +16,7 @@ import type { ClaimedJob, Driver } from '../driver.js'
  * a job that claim had just taken.
  */
 export class ClaimGate {
-  readonly #driver: Driver
+  readonly #driver: DriverHotPath
   readonly #runnerId: string
   readonly #clock: () => number
   /** The jobs this runner holds: claimed, and not yet finished, released, or lost to the fence. */
@@ -26,7 +26,7 @@ export class ClaimGate {
   #inDoubt = false
   #recovering: Promise<void> | undefined
 
-  constructor(driver: Driver, runnerId: string, clock: () => number) {
+  constructor(driver: DriverHotPath, runnerId: string, clock: () => number) {
     this.#driver = driver
     this.#runnerId = runnerId
     this.#clock = clock

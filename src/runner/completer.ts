@@ -1,4 +1,4 @@
-import type { ClaimedJob, ClaimParams, Driver, JobFinish } from '../driver.js'
+import type { ClaimedJob, ClaimParams, DriverHotPath, JobFinish } from '../driver.js'
 import { CODE_INTERNAL, finalWriteSignal } from '../job.js'
 import type { Logger } from '../logger.js'
 import { Backoff, errorCode, isTransient, sleep } from './backoff.js'
@@ -53,7 +53,7 @@ interface Finishing {
  * is left running.
  */
 export class Completer {
-  readonly #driver: Driver
+  readonly #driver: DriverHotPath
   readonly #runnerId: string
   readonly #logger: Logger
   readonly #clock: () => number
@@ -67,7 +67,7 @@ export class Completer {
   #retrying = false
 
   /** `runnerId` names the runner in the database errors it publishes (see channels.ts). */
-  constructor(driver: Driver, runnerId: string, logger: Logger, clock: () => number, stopping: AbortSignal, piggyback?: Piggyback) {
+  constructor(driver: DriverHotPath, runnerId: string, logger: Logger, clock: () => number, stopping: AbortSignal, piggyback?: Piggyback) {
     this.#driver = driver
     this.#runnerId = runnerId
     this.#logger = logger

@@ -3,7 +3,7 @@ import type { StandardSchemaV1 } from '@standard-schema/spec'
 import type { Driver, JobCount, JobRow } from '../driver.js'
 import { ConfigError, InvalidArgumentError, InvalidCursorError, JobNotFoundError, RegistrationError, RunnerStateError, UnknownKindError } from '../errors.js'
 import { JOB_STATUSES, type Job, type JobStatus, type JsonValue } from '../job.js'
-import { type Handler, isKindDefinition, type KindDef, type KindDefinition, RegisteredKind, splitDefinition } from '../kind.js'
+import { type Handler, type HandlerErrorHook, isKindDefinition, type KindDef, type KindDefinition, RegisteredKind, splitDefinition } from '../kind.js'
 import { defaultLogger, type Logger } from '../logger.js'
 import { optionsObject } from '../options.js'
 import { encodePayload } from '../payload.js'
@@ -17,7 +17,7 @@ import { Liveness, retryTransient } from './liveness.js'
 import { Maintenance } from './maintenance/index.js'
 import { pruneJobs } from './maintenance/retention.js'
 import { type PruneOptions, pruneRules, type RetentionConfig, retentionConfig, type RetentionOptions } from './retention-rules.js'
-import { Producer } from './producer.js'
+import { WorkerPool } from './worker-pool.js'
 
 export type { JobSpec } from './batch.js'
 export type { EnqueueOptions, Kind, TxOf, TxResult, UniqueEnqueue } from './enqueue.js'
@@ -88,9 +88,18 @@ export interface RunnerOptions<D extends Driver> {
    * own, so the shortest age among them holds.
    */
   readonly retention?: RetentionOptions | false
+  /**
+   * Called in the handler's process with what a handler threw, whenever it
+   * was not a declared failure (`job.fail`) or a snooze: the one place the
+   * application sees a handler's own error (to log it, or send it to
+   * Sentry). jobtable never stores, returns or logs it: the job fails with
+   * `internal_error`. A hook that throws is ignored (logged without its
+   * text). Default: none.
+   */
+  readonly onHandlerError?: HandlerErrorHook
 }
 
-const RUNNER_KEYS = ['driver', 'workers', 'logger', 'clock', 'stopTimeoutMs', 'unknownKindGraceMs', 'onFatal', 'timeoutGraceMs', 'retention'] as const
+const RUNNER_KEYS = ['driver', 'workers', 'logger', 'clock', 'stopTimeoutMs', 'unknownKindGraceMs', 'onFatal', 'timeoutGraceMs', 'retention', 'onHandlerError'] as const
 
 /** Options of `runner.stop`. */
 export interface StopOptions {
@@ -151,6 +160,7 @@ export class Runner<D extends Driver = Driver> {
   readonly #unknownKindGraceMs: number
   readonly #onFatal: ((error: unknown) => void) | undefined
   readonly #timeoutGraceMs: number
+  readonly #onHandlerError: HandlerErrorHook | undefined
   /** What this runner's maintenance prunes, and how often; null for `retention: false`. */
   readonly #retention: RetentionConfig | null
   readonly #kinds = new Map<string, RegisteredKind>()
@@ -159,7 +169,7 @@ export class Runner<D extends Driver = Driver> {
   readonly #scheduleChecks: Promise<unknown>[] = []
   readonly #enqueuer: Enqueuer
   readonly #gate: ClaimGate
-  #producer: Producer | undefined
+  #producer: WorkerPool | undefined
   #liveness: Liveness | undefined
   #maintenance: Maintenance | undefined
   #state: State = 'new'
@@ -175,7 +185,7 @@ export class Runner<D extends Driver = Driver> {
   constructor(options: RunnerOptions<D>) {
     if (options === null || typeof options !== 'object') throw new ConfigError('options are required')
     optionsObject(options, RUNNER_KEYS, 'Runner options')
-    const { driver, workers = 10, logger, clock = Date.now, stopTimeoutMs = 20_000, unknownKindGraceMs = 3_600_000, onFatal, timeoutGraceMs = 1_000, retention } = options
+    const { driver, workers = 10, logger, clock = Date.now, stopTimeoutMs = 20_000, unknownKindGraceMs = 3_600_000, onFatal, timeoutGraceMs = 1_000, retention, onHandlerError } = options
     if (driver === null || typeof driver !== 'object' || typeof driver.jobClaim !== 'function') {
       throw new ConfigError('a driver is required, e.g. sqlite({ path }) from jobtable/sqlite')
     }
@@ -190,6 +200,8 @@ export class Runner<D extends Driver = Driver> {
     checkMs('unknownKindGraceMs', unknownKindGraceMs)
     checkMs('timeoutGraceMs', timeoutGraceMs)
     if (onFatal !== undefined && typeof onFatal !== 'function') throw new ConfigError('onFatal must be a function')
+    if (onHandlerError !== undefined && typeof onHandlerError !== 'function') throw new ConfigError('onHandlerError must be a function (error, job) => void')
+    this.#onHandlerError = onHandlerError
     this.#retention = retentionConfig(retention)
     this.#driver = driver
     this.#workers = workers
@@ -419,7 +431,7 @@ export class Runner<D extends Driver = Driver> {
     this.#maintenance = maintenance
     // A stop() that came while starting waits for this, then undoes the registration: start nothing.
     if (this.#state !== 'started') return
-    this.#producer = new Producer({
+    this.#producer = new WorkerPool({
       driver: this.#driver,
       runnerId: this.id,
       workers: this.#workers,
@@ -430,6 +442,9 @@ export class Runner<D extends Driver = Driver> {
       onFatal: (err) => this.#fail(err),
       timeoutGraceMs: this.#timeoutGraceMs,
       scheduled: (due) => this.#maintenance?.scheduler.noteDue(due),
+      onHandlerError: this.#onHandlerError,
+      // A claim that waited longer than a heartbeat for its start may have outlived the runner's lease: its run checks the job is still its own first.
+      confirmAfterMs: this.#driver.capabilities.liveness.heartbeatMs,
     })
     maintenance.start()
     this.#unwake = this.#driver.onWake?.((what) => {

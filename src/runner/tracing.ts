@@ -172,7 +172,7 @@ export interface RunTrace {
  * interrupted (nothing recorded: a shutdown, or a stop that stopped
  * waiting); `code` the failure code of a run that failed.
  */
-export interface RunEnd {
+export interface SpanEnd {
   readonly outcome: 'succeeded' | 'failed' | 'retry' | 'snoozed' | 'cancelled' | 'interrupted'
   readonly code?: string
 }
@@ -224,7 +224,7 @@ export function withinRun<T>(t: RunTrace | undefined, fn: () => T): T {
  * ERROR with the failure code alone (never what the handler threw); so
  * has an interrupted run's, described as `interrupted`.
  */
-export function endRun(t: RunTrace, end: RunEnd): void {
+export function endRun(t: RunTrace, end: SpanEnd): void {
   t.span.setAttribute('jobtable.job.outcome', end.outcome)
   if (end.code !== undefined) {
     t.span.setAttributes({ 'jobtable.job.error_code': end.code, 'error.type': end.code })

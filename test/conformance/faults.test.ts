@@ -140,7 +140,7 @@ describeEachBackend('database faults', (backend) => {
     const { attempt } = claimed!
     expect(await driver.jobPublish({ id, attempt: attempt + 1, result: '"stale claim"', now: 3 })).toBe(false)
     expect(await driver.jobPublish({ id, attempt, result: '"partial"', now: 3 })).toBe(true)
-    const finish = { id, attempt, status: 'succeeded' as const, result: '"final"', error: null, runAt: null, grant: 0 as const }
+    const finish = { id, attempt, status: 'succeeded' as const, result: '"final"', error: null, runAt: null }
     expect(await driver.jobFinishMany({ finishes: [{ ...finish, attempt: attempt - 1 }], now: 4 })).toEqual([false])
     expect(await driver.jobFinishMany({ finishes: [finish], now: 4 })).toEqual([true])
     expect(await driver.jobFinishMany({ finishes: [{ ...finish, status: 'failed', result: null, error: 'late' }], now: 5 })).toEqual([false])

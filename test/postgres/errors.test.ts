@@ -91,7 +91,7 @@ describe.skipIf(skip !== undefined)('postgres: errors against the real server', 
       await locker.query(`SELECT 1 FROM "${t.schema}".jobs WHERE id = 'j1' FOR UPDATE`)
       const abort = new AbortController()
       const write = d.jobFinishMany({
-        finishes: [{ id: 'j1', attempt: claimed!.attempt, status: 'succeeded', result: '1', error: null, runAt: null, grant: 0 }],
+        finishes: [{ id: 'j1', attempt: claimed!.attempt, status: 'succeeded', result: '1', error: null, runAt: null }],
         now: 3,
         signal: abort.signal,
       })
