@@ -113,7 +113,8 @@ export class Run {
    */
   async execute(): Promise<void> {
     const { job } = this
-    if (!(await this.#stillOurs())) return
+    // Awaited only for a late claim: this is the hot path.
+    if (this.#late() && !(await this.#stillOurs())) return
     if (jobStartChannel.hasSubscribers) {
       const waitMs = Math.max(0, this.#startedAt - job.readyAt)
       jobStartChannel.publish({ runnerId: this.#s.runnerId, jobId: job.id, kind: job.kind, waitMs } satisfies JobStartMessage)
@@ -136,6 +137,12 @@ export class Run {
     }
   }
 
+  /** Whether its claim waited for its start longer than the driver's heartbeat (see #stillOurs). */
+  #late(): boolean {
+    const { confirmAfterMs } = this.#s
+    return confirmAfterMs !== null && performance.now() - this.#sentAt > confirmAfterMs
+  }
+
   /**
    * Whether the job is still running under this claim, checked only when
    * the claim waited long for its start (the process was stalled: a
@@ -144,8 +151,6 @@ export class Run {
    * A claim that cannot be checked is given back unstarted.
    */
   async #stillOurs(): Promise<boolean> {
-    const { confirmAfterMs } = this.#s
-    if (confirmAfterMs === null || performance.now() - this.#sentAt <= confirmAfterMs) return true
     const { job } = this
     const fields = { job_id: job.id, kind: job.kind }
     try {
