@@ -72,9 +72,11 @@ export interface KindOptions<S extends StandardSchemaV1, R, Code extends string>
    * failure codes, and `internal_error` or `timeout` only if listed) while
    * it has attempts left goes back to the queue, scheduled after an
    * exponential backoff with jitter; its last attempt's failure is the
-   * job's failure.
+   * job's failure. Its codes are checked against `failures`, never added
+   * to them (NoInfer): a typo here is a compile error, not a new code
+   * that `fail` would then accept.
    */
-  readonly retry?: RetryOptions<Code>
+  readonly retry?: RetryOptions<NoInfer<Code>>
   /**
    * Each start's deadline, in ms: at it the job's signal aborts, and the
    * job fails with `timeout` whatever its handler then does (retried only
@@ -187,6 +189,15 @@ export function splitDefinition(name: string, definition: KindDefinition<Standar
   return [defineKind(name, options), handler]
 }
 
+/**
+ * The application's hook for what a handler threw (runner option
+ * `onHandlerError`): called in the handler's process with the thrown
+ * value itself, for anything but a declared failure or a snooze.
+ * jobtable never stores, returns or logs that value; the hook is the one
+ * place the application sees it (to log it, or report it to Sentry).
+ */
+export type HandlerErrorHook = (error: unknown, job: { readonly id: string; readonly kind: string; readonly attempt: number }) => void
+
 /** The outcome of running one job's handler: a public result, or a failure code and a loggable reason. */
 export type Outcome = { readonly result: string } | { readonly code: string; readonly reason: string } | { readonly snoozeMs: number }
 
@@ -272,7 +283,7 @@ export class RegisteredKind {
    * failure is one of a few fixed phrases: nothing the handler threw is
    * kept, not even to log.
    */
-  async run(payloadText: string, ctx: JobContext<unknown>): Promise<Outcome> {
+  async run(payloadText: string, ctx: JobContext<unknown>, thrown?: (error: unknown) => void): Promise<Outcome> {
     const handler = this.handler
     if (handler === undefined) return { code: CODE_INTERNAL, reason: 'no handler in this runner' }
     // Awaited only when asynchronous: a synchronous schema or handler costs no extra turn per job.
@@ -288,8 +299,11 @@ export class RegisteredKind {
     try {
       result = handler(payload.value, ctx)
       if (isThenable(result)) result = await result
-    } catch (thrown) {
-      return this.#classify(thrown)
+    } catch (error) {
+      const outcome = this.#classify(error)
+      // What the handler threw reaches the application's own hook, in this process only, unless it was a declared failure or a snooze.
+      if (thrown !== undefined && 'code' in outcome && outcome.code === CODE_INTERNAL) thrown(error)
+      return outcome
     }
     try {
       return { result: this.project(result) }

@@ -1,7 +1,7 @@
 import { describe, expectTypeOf, it } from 'vitest'
 import { z } from 'zod'
 import type Database from 'better-sqlite3'
-import { defineKind, JobFailure, Runner, type JobSpec, type Kind, type UniqueEnqueue } from 'jobtable'
+import { defineKind, JobFailure, Runner, type JobSpec, type Kind, type KindDef, type UniqueEnqueue } from 'jobtable'
 import type { PgQueryable, PostgresDriver } from 'jobtable/postgres'
 import { sqlite, type SqliteDatabase, type SqliteDriver } from 'jobtable/sqlite'
 
@@ -28,6 +28,57 @@ describe('types', () => {
       runner.schedule('e', digest, { cron: '0 * * * *', payload: { list: 'news' }, options: { runAt: 5 } })
     }
     void refused
+  })
+
+  it('a schedule takes a definition with a typed result projection, its payload still typed by the definition', () => {
+    type MealPlan = { days: string[]; providerCost: number }
+    const payload = z.strictObject({ household: z.string(), days: z.number() })
+    const mealPlan = defineKind('meal_plan', { payload, result: (plan: MealPlan) => ({ days: plan.days.length }), failures: ['provider_unavailable'] })
+    const runner = typedRunner()
+    runner.register(mealPlan)
+    runner.schedule('weekly-plan', mealPlan, { cron: '0 6 * * 1', payload: { household: 'h1', days: 7 } })
+    runner.schedule('weekly-plan-2', mealPlan, { cron: '0 6 * * 1', payload: (tick) => ({ household: tick.toISOString(), days: 7 }) })
+    const refused = () => {
+      // @ts-expect-error wrong field type, by a definition with a result projection
+      runner.schedule('weekly-plan-3', mealPlan, { cron: '0 6 * * 1', payload: { household: 'h1', days: '7' } })
+    }
+    void refused
+    void runner.close()
+  })
+
+  it("retry.codes are checked against the declared failures and never widen them: a typo does not compile, and fail takes only declared codes", () => {
+    const payload = z.strictObject({ url: z.string() })
+    const refused = () => {
+      // @ts-expect-error a typo in retry.codes, failures declared as const
+      defineKind('import_recipe', { payload, failures: ['no_recipe'] as const, retry: { maxAttempts: 3, codes: ['no_recipie'] } })
+      // @ts-expect-error a typo in retry.codes, failures inferred as literals
+      defineKind('import_recipe', { payload, failures: ['no_recipe'], retry: { maxAttempts: 3, codes: ['no_recipie'] } })
+      // @ts-expect-error no failures declared: only the runner's codes may be retried
+      defineKind('import_recipe', { payload, retry: { maxAttempts: 3, codes: ['no_recipe'] } })
+      const oneStep = typedRunner()
+      // @ts-expect-error a typo in retry.codes of the one-step form
+      oneStep.register('import_recipe', { payload, failures: ['no_recipe'], retry: { maxAttempts: 3, codes: ['no_recipie'] }, handler: () => undefined })
+    }
+    void refused
+    const importRecipe = defineKind('import_recipe', {
+      payload,
+      failures: ['no_recipe'],
+      retry: { maxAttempts: 3, codes: ['no_recipe', 'timeout', 'internal_error'] },
+    })
+    // The runner's codes are retried, not declared: the kind's codes stay its failures.
+    expectTypeOf(importRecipe).toEqualTypeOf<KindDef<typeof payload, unknown, 'no_recipe'>>()
+    expectTypeOf(defineKind('ping', { payload, retry: { maxAttempts: 2, codes: ['timeout'] } })).toEqualTypeOf<KindDef<typeof payload, unknown, never>>()
+    const runner = typedRunner()
+    runner.register(importRecipe, (p, job) => {
+      // @ts-expect-error only the declared codes: not the typo
+      if (p.url === 'a') job.fail('no_recipie')
+      // @ts-expect-error only the declared codes: not a runner's code listed in retry.codes
+      if (p.url === 'b') job.fail('timeout')
+      // @ts-expect-error nor by the definition's failure()
+      if (p.url === 'c') throw importRecipe.failure('internal_error')
+      return job.fail('no_recipe')
+    })
+    void runner.close()
   })
 
   it('a kind handle enqueues only its payload type', () => {

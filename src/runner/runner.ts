@@ -264,7 +264,7 @@ export class Runner<D extends Driver = Driver> {
    * function are checked now (ConfigError, InvalidPayloadError). Before
    * start.
    */
-  schedule<S extends StandardSchemaV1>(name: string, kind: KindDef<S, unknown, string>, definition: ScheduleDefinition<StandardSchemaV1.InferInput<S>>): void
+  schedule<S extends StandardSchemaV1, R, Code extends string>(name: string, kind: KindDef<S, R, Code>, definition: ScheduleDefinition<StandardSchemaV1.InferInput<S>>): void
   schedule<In>(name: string, kind: Kind<In, D>, definition: ScheduleDefinition<In>): void
   schedule(name: string, kind: string, definition: ScheduleDefinition): void
   schedule(name: string, kind: string | { readonly name: string }, definition: ScheduleDefinition): void {

@@ -171,6 +171,34 @@ describeEachBackend('recurring jobs', (backend) => {
     expect((await jobs(runner)).map((j) => j.runAt)).toEqual([Date.UTC(2026, 0, 5, 12)])
   })
 
+  it("a tick whose uniqueKey a live job holds is consumed, as any enqueue with a held key: nothing stored, the schedule moved past it, not tried again once the key is free; the next tick is enqueued", async () => {
+    const clock = { now: T0 }
+    const { runner } = setup(clock)
+    runner.schedule('hourly', digest, { cron: '0 * * * *', payload: { list: 'news' }, options: { uniqueKey: 'digest' } })
+    await runner.start()
+    await runner.wake()
+    clock.now = T0 + 30 * MINUTE
+    await runner.wake()
+    const [first] = await jobs(runner)
+    expect(first?.runAt).toBe(Date.UTC(2026, 0, 5, 11))
+    // 12:00: the 11:00 job is still queued (no handler here) and holds the key.
+    clock.now = T0 + 90 * MINUTE
+    await runner.wake()
+    expect((await jobs(runner)).map((j) => j.id)).toEqual([first!.id])
+    expect(await runner.driver.schedulesRead({ names: ['hourly'] })).toEqual([{ name: 'hourly', lastTickAt: Date.UTC(2026, 0, 5, 12) }])
+    // The key is free again within the hour: the 12:00 tick stays passed over.
+    expect(await runner.cancel(first!.id)).toBe('cancelled')
+    clock.now = T0 + 100 * MINUTE
+    await runner.wake()
+    expect((await jobs(runner)).map((j) => [j.runAt, j.status])).toEqual([[Date.UTC(2026, 0, 5, 11), 'cancelled']])
+    clock.now = T0 + 150 * MINUTE
+    await runner.wake()
+    expect((await jobs(runner)).map((j) => [j.runAt, j.status])).toEqual([
+      [Date.UTC(2026, 0, 5, 11), 'cancelled'],
+      [Date.UTC(2026, 0, 5, 13), 'queued'],
+    ])
+  })
+
   it('a schedule removed from the code stops: a runner that no longer declares it enqueues none of its ticks', async () => {
     const clock = { now: T0 }
     const before = setup(clock)
