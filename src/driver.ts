@@ -58,13 +58,16 @@ export interface DriverHotPath<Tx = unknown, TxSync extends boolean = boolean> {
    * kind is one of `kinds` running under a new claim by `runnerId`, and
    * returns them oldest first. Each queued job is claimed by exactly one
    * call, whatever runs concurrently. A job of another kind is never
-   * taken: it waits for a runner that has its handler.
+   * taken: it waits for a runner that has its handler. On a database whose
+   * claims take row locks without waiting (PostgreSQL), a claim running
+   * beside one of several kinds may pass over queue heads that claim
+   * locked but did not take; they stay queued for the next claim.
    */
   jobClaim(params: ClaimParams & { now: number }): Promise<ClaimedJob[]>
   /** Replaces a running job's result; false when the job is not running under that claim. */
   jobPublish(params: { id: string; attempt: number; result: string; now: number }): Promise<boolean>
   /**
-   * Makes final writes, all in one transaction; for each, true when it
+   * Makes final writes (retries and snoozes included), all in one transaction; for each, true when it
    * applied, false when its job was not running under that claim. `signal`
    * bounds the attempt: a driver that can cancel a statement does so.
    */
@@ -79,7 +82,9 @@ export interface DriverHotPath<Tx = unknown, TxSync extends boolean = boolean> {
   /**
    * Puts claimed jobs that no handler has started back in the queue, each
    * only while it is still running under that claim, giving back the
-   * attempt that claim took.
+   * attempt that claim took. A job whose cancellation was requested is not
+   * queued again: it ends `cancelled`, finished at `now`, as a cancelled
+   * queued job does.
    */
   jobRelease(params: { jobs: readonly { id: string; attempt: number }[]; now: number }): Promise<void>
   /**
@@ -88,7 +93,9 @@ export interface DriverHotPath<Tx = unknown, TxSync extends boolean = boolean> {
    * connection, a timeout) may have marked running for that runner. The
    * runner calls it with every job it holds, while none of its claims is
    * in flight, so no job a handler saw is queued again; each gets back the
-   * attempt that claim took. Returns how many.
+   * attempt that claim took. A job whose cancellation was requested ends
+   * `cancelled` instead, as in jobRelease. Returns how many (queued again
+   * or cancelled).
    */
   jobRequeueLost(params: { runnerId: string; keep: readonly string[]; now: number }): Promise<number>
 }
@@ -115,12 +122,15 @@ export interface DriverMaintenance {
   kindsFinished(): Promise<string[]>
   /**
    * The kinds of queued jobs that no live runner registered (see
-   * runnerRegister): work that nothing running now can do.
+   * runnerRegister): work that nothing running now can do. A paused kind
+   * is never unserved: its jobs wait for kindResume whether or not a live
+   * runner has it.
    */
   queueUnservedKinds(params: { now: number }): Promise<string[]>
   /**
    * Fails with `error` the queued jobs enqueued before `createdBefore`
-   * whose kind no live runner registered. Returns how many.
+   * whose kind no live runner registered, never those of a paused kind.
+   * Returns how many.
    */
   jobFailUnserved(params: { createdBefore: number; error: string; now: number }): Promise<number>
   /**
@@ -129,7 +139,8 @@ export interface DriverMaintenance {
    * whose liveness signal (see DriverCapabilities.liveness) is lost, or
    * that is not registered at all (it stopped, leaving a job it could not
    * finish). Never touches the jobs of `runnerId` or of any live runner.
-   * Forgets the gone runners; returns how many jobs it failed and queued again.
+   * A job whose cancellation was requested ends `cancelled`, never queued
+   * again. Forgets the gone runners; returns how many jobs it failed and queued again.
    */
   jobFailInterrupted(params: { runnerId: string; error: string; now: number }): Promise<{ failed: number; requeued: number }>
   /**
@@ -215,8 +226,11 @@ export interface DriverAdmin {
   /**
    * Reads a page of jobs newest first (by insertion order), those inserted
    * before the job `beforeId` when it is set. Filters apply when set;
-   * `scope` as in jobGet. A `beforeId` not visible in `scope` gives an
-   * empty page.
+   * `scope` as in jobGet. A `beforeId` whose job is gone, or not visible
+   * in `scope`, is placed by the enqueue time its version-7 id begins
+   * with: the page holds the jobs of `scope` enqueued before that
+   * millisecond and those within it (listed again rather than skipped);
+   * an id without a time starts again from the newest.
    */
   jobList(params: JobListParams): Promise<JobRow[]>
   /**

@@ -10,7 +10,7 @@ import {
   type Logger,
   type Runner,
 } from '../index.js'
-import { isRefusal, type Authorize } from './auth.js'
+import { isRefusal, SCOPE_RULE, scopeFault, type Authorize } from './auth.js'
 import { readJsonBody } from './body.js'
 import { ChangeFeed } from './change-feed.js'
 import { eventStream } from './events.js'
@@ -156,9 +156,7 @@ export function createApi(options: ApiOptions): Api {
     throw new TypeError('jobtable/http: basePath must be empty or a path such as /jobs: segments of letters, digits and . _ ~ -, no trailing slash')
   }
   for (const [name, scope] of Object.entries({ operatorScope, metricsScope })) {
-    if (scope !== undefined && (typeof scope !== 'string' || scope.length === 0 || scope.length > 256)) {
-      throw new TypeError(`jobtable/http: ${name} must be a non-empty string of at most 256 characters`)
-    }
+    if (scope !== undefined && scopeFault(scope) !== undefined) throw new TypeError(`jobtable/http: ${name} must be ${SCOPE_RULE}`)
   }
   if (metrics !== undefined && (metrics === null || typeof metrics !== 'object' || typeof metrics.metrics !== 'function')) {
     throw new TypeError('jobtable/http: metrics must be a metrics source (a prom-client Registry)')
@@ -186,10 +184,19 @@ export function createApi(options: ApiOptions): Api {
     if (isRefusal(decision)) {
       return decision.refused === 'forbidden' ? problem('forbidden') : problem('unauthenticated', {}, { 'www-authenticate': 'Bearer' })
     }
-    if (typeof decision !== 'string' || decision.length === 0 || decision.length > 256) {
-      throw new TypeError('authorize returned neither a scope nor a refusal')
+    // The hook is the application's code: a scope jobtable cannot store is its misconfiguration, refused on every
+    // route alike (not only where an enqueue would refuse it), and logged by its reason, never its value.
+    const fault = scopeFault(decision)
+    if (fault !== undefined) {
+      logger?.error(
+        { error: 'invalid_scope', reason: fault },
+        fault === 'not_a_scope'
+          ? 'authorize returned neither a scope nor a refusal; answering 500'
+          : `authorize returned a scope jobtable refuses (${fault === 'length' ? 'empty or over 256 characters' : 'it holds control characters'}); answering 500`,
+      )
+      return problem('internal_error', { detail: `The authorize hook returned a scope this API cannot use (it must be ${SCOPE_RULE}): a server misconfiguration.` })
     }
-    return decision
+    return decision as string
   }
 
   /** Reads the job a route names, within the caller's scope, or the problem to answer with. */

@@ -15,9 +15,29 @@ export const FORBIDDEN: Refusal = Object.freeze({ refused: 'forbidden' })
  * household, a tenant: the owner scope its jobs are enqueued, read, listed
  * and streamed under) or a Refusal. It must not consume the request body.
  * A hook that throws answers 500 `internal_error`, and its error is not
- * logged with its message.
+ * logged with its message. A scope must be a non-empty string of at most
+ * 256 characters without control characters: any other answer is the
+ * application's misconfiguration, answered 500 `internal_error` on every
+ * route (with a detail saying so) and logged with the code
+ * `invalid_scope` and its reason, never the value.
  */
 export type Authorize = (request: Request) => string | Refusal | Promise<string | Refusal>
+
+/**
+ * Why a scope cannot be used, or undefined when it can: jobtable stores a
+ * scope only as a non-empty string of at most 256 characters without
+ * control characters (the rule an enqueue applies: a NUL cannot be stored
+ * in a PostgreSQL text column, and none belongs in an owner's name).
+ */
+export function scopeFault(scope: unknown): 'not_a_scope' | 'length' | 'control_characters' | undefined {
+  if (typeof scope !== 'string') return 'not_a_scope'
+  if (scope.length === 0 || scope.length > 256) return 'length'
+  if (/[\u0000-\u001f\u007f]/.test(scope)) return 'control_characters'
+  return undefined
+}
+
+/** What a configured scope must be, for configuration errors (never quoting the scope). */
+export const SCOPE_RULE = 'a non-empty string of at most 256 characters, without control characters'
 
 /** Whether a value an authorize hook returned is a Refusal. */
 export function isRefusal(value: unknown): value is Refusal {
@@ -41,9 +61,7 @@ export function bearerTokens(tokens: ReadonlyMap<string, string> | Readonly<Reco
     if (typeof token !== 'string' || token.length < MIN_TOKEN_LENGTH || /\s/.test(token)) {
       throw new TypeError(`jobtable/http: every bearer token must be at least ${MIN_TOKEN_LENGTH} characters without spaces`)
     }
-    if (typeof scope !== 'string' || scope.length === 0 || scope.length > 256) {
-      throw new TypeError('jobtable/http: every token needs a scope: a non-empty string of at most 256 characters')
-    }
+    if (scopeFault(scope) !== undefined) throw new TypeError(`jobtable/http: every token needs a scope: ${SCOPE_RULE}`)
     return { hash: sha256(token), scope }
   })
   return (request) => {

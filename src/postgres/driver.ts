@@ -18,7 +18,7 @@ import type {
   NewJob,
   InsertResult,
 } from '../driver.js'
-import { hasUniqueKey } from '../driver.js'
+import { hasUniqueKey, sendsBack } from '../driver.js'
 import { ConfigError, DatabaseError, JobtableError } from '../errors.js'
 import type { TerminalStatus } from '../job.js'
 import { checkKeys } from '../options.js'
@@ -283,27 +283,20 @@ export class PostgresDriver implements Driver<PgQueryable, false> {
     return arrays
   }
 
-  /** Final writes and the next claim in one statement (see queries.finishAndClaimJobs). */
-  async jobFinishManyAndClaim({ finishes, now, signal, claim }: FinishAndClaimParams): Promise<FinishAndClaimResult> {
-    const { final, retried } = await this.#retryFirst(finishes, now, signal)
-    const values = [...finishValues(final, now), claim.limit, claim.runnerId, claim.kinds, ...this.#limitArrays(claim.kinds, claim.limits)]
-    const rows = (await this.#query<ClaimedRow & { part: 'f' | 'c' }>('finish and claim jobs', this.#q.finishAndClaimJobs, values, signal)).rows
-    const changed = new Set(rows.filter((r) => r.part === 'f').map((r) => r.id))
-    for (const id of retried) changed.add(id)
-    return { applied: finishes.map((f) => changed.has(f.id)), claimed: toClaimed(rows.filter((r) => r.part === 'c')) }
-  }
-
   /**
-   * Sends a batch's retries and snoozes back to the queue in a statement
-   * of their own (most batches have none, and the final writes keep their
-   * plain statement); returns the other finishes and the ids retried.
+   * Final writes and the next claim in one statement (see
+   * queries.finishAndClaimJobs); a batch with retries or snoozes sends
+   * them back in that same statement (queries.retryFinishAndClaimJobs),
+   * so it applies whole or not at all.
    */
-  async #retryFirst(finishes: readonly JobFinish[], now: number, signal: AbortSignal | undefined): Promise<{ final: readonly JobFinish[]; retried: readonly string[] }> {
-    if (!finishes.some((f) => f.status === 'retry')) return { final: finishes, retried: [] }
-    const retries = finishes.filter((f) => f.status === 'retry')
-    const values = [retries.map((f) => f.id), retries.map((f) => f.attempt), retries.map((f) => f.runAt), retries.map((f) => f.result), retries.map((f) => f.grant), now]
-    const res = await this.#query<{ id: string }>('retry jobs', this.#q.retryJobs, values, signal)
-    return { final: finishes.filter((f) => f.status !== 'retry'), retried: res.rows.map((r) => r.id) }
+  async jobFinishManyAndClaim({ finishes, now, signal, claim }: FinishAndClaimParams): Promise<FinishAndClaimResult> {
+    const claimValues = [claim.limit, claim.runnerId, claim.kinds, ...this.#limitArrays(claim.kinds, claim.limits)]
+    const sent = finishes.some(sendsBack)
+    const rows = sent
+      ? (await this.#query<ClaimedRow & { part: 'f' | 'c' }>('finish and claim jobs', this.#q.retryFinishAndClaimJobs, [...finishValues(finishes.filter((f) => !sendsBack(f)), now), ...claimValues, ...retryValues(finishes)], signal)).rows
+      : (await this.#query<ClaimedRow & { part: 'f' | 'c' }>('finish and claim jobs', this.#q.finishAndClaimJobs, [...finishValues(finishes, now), ...claimValues], signal)).rows
+    const changed = new Set(rows.filter((r) => r.part === 'f').map((r) => r.id))
+    return { applied: finishes.map((f) => changed.has(f.id)), claimed: toClaimed(rows.filter((r) => r.part === 'c')) }
   }
 
   async jobRequeueLost({ runnerId, keep, now }: { runnerId: string; keep: readonly string[]; now: number }): Promise<number> {
@@ -416,13 +409,17 @@ export class PostgresDriver implements Driver<PgQueryable, false> {
     return res.rowCount === 1
   }
 
+  /**
+   * Every final write of the batch in one statement (finishJobs); a batch
+   * with retries or snoozes sends them back in that same statement
+   * (retryAndFinishJobs), so it applies whole or not at all.
+   */
   async jobFinishMany({ finishes, now, signal }: { finishes: readonly JobFinish[]; now: number; signal?: AbortSignal }): Promise<boolean[]> {
-    const { final, retried } = await this.#retryFirst(finishes, now, signal)
-    const changed = new Set(retried)
-    if (final.length > 0) {
-      const res = await this.#query<{ id: string }>('finish jobs', this.#q.finishJobs, finishValues(final, now), signal)
-      for (const r of res.rows) changed.add(r.id)
-    }
+    if (finishes.length === 0) return []
+    const res = finishes.some(sendsBack)
+      ? await this.#query<{ id: string }>('finish jobs', this.#q.retryAndFinishJobs, [...finishValues(finishes.filter((f) => !sendsBack(f)), now), ...retryValues(finishes)], signal)
+      : await this.#query<{ id: string }>('finish jobs', this.#q.finishJobs, finishValues(finishes, now), signal)
+    const changed = new Set(res.rows.map((r) => r.id))
     return finishes.map((f) => changed.has(f.id))
   }
 
@@ -460,6 +457,7 @@ export class PostgresDriver implements Driver<PgQueryable, false> {
       status ?? null,
       kind ?? null,
       limit,
+      beforeId === undefined ? null : idPrefixAfter(beforeId),
     ])
     return res.rows
   }
@@ -651,6 +649,27 @@ function toClaimed(rows: readonly ClaimedRow[]): ClaimedJob[] {
     .map((r) => ({ seq: Number(r.seq), id: r.id, kind: r.kind, payload: r.payload, attempt: r.attempt, maxAttempts: r.maxAttempts, timeoutMs: r.timeoutMs, traceContext: r.traceContext, readyAt: r.readyAt }))
     .sort((a, b) => a.seq - b.seq)
     .map(({ seq: _seq, ...job }) => job)
+}
+
+/** The arrays of a batch's send-backs (its retries and snoozes), as queries' retriedPart takes them. */
+function retryValues(finishes: readonly JobFinish[]): unknown[] {
+  const retries = finishes.filter(sendsBack)
+  return [retries.map((f) => f.id), retries.map((f) => f.attempt), retries.map((f) => f.runAt), retries.map((f) => f.result), retries.map((f) => (f.status === 'snoozed' ? 1 : 0))]
+}
+
+/**
+ * For a list cursor whose job may be gone: the id prefix of the
+ * millisecond after the id's own (`xxxxxxxx-xxxx`, which every id of that
+ * millisecond or later sorts at or after), read from the time a version-7
+ * id begins with; null for an id without one (a version-4 id of an older
+ * jobtable). See listJobs.
+ */
+function idPrefixAfter(id: string): string | null {
+  if (!/^[0-9a-f]{8}-[0-9a-f]{4}-7/.test(id)) return null
+  const next = parseInt(id.slice(0, 8) + id.slice(9, 13), 16) + 1
+  if (next >= 2 ** 48) return null
+  const time = next.toString(16).padStart(12, '0')
+  return `${time.slice(0, 8)}-${time.slice(8, 12)}`
 }
 
 function finishValues(finishes: readonly JobFinish[], now: number): unknown[] {

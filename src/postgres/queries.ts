@@ -45,6 +45,34 @@ function finishedPart(s: string): string {
         RETURNING j.id`
 }
 
+/**
+ * The send-backs (retries and snoozes) of a batch, part of the statements
+ * that make them with the batch's final writes: arrays $first to
+ * $first+4 (ids, attempts, due times, results, granted) and `now`, the
+ * clock reading. Fenced like finishJobs: sends jobs back for another
+ * attempt, each due at its run_at (scheduled until then); a snooze
+ * (granted 1) gives back the attempt it used. A retry's due time is its
+ * runner's clock plus a delay: from a runner whose clock is ahead of the
+ * database's it is stored that lead earlier, so the delay is waited on the
+ * database's time (see dueNow), not the lead besides. Returns the ids it
+ * changed. The alias is `granted`, not `grant`: GRANT is a reserved word,
+ * a syntax error (42601) as a column alias, which left every retry and
+ * snooze running.
+ */
+function retriedPart(s: string, first: number, now: string): string {
+  const [ids, attempts, runAts, results, granted] = [0, 1, 2, 3, 4].map((i) => `$${first + i}`)
+  return `
+        UPDATE ${s}.jobs AS j
+           SET status = CASE WHEN j.cancel_requested THEN 'cancelled' WHEN f.run_at > ${now} THEN 'scheduled' ELSE 'queued' END,
+               run_at = CASE WHEN j.cancel_requested THEN j.run_at ELSE f.run_at - (${now}::bigint - ${dueNow(now)}) END,
+               finished_at = CASE WHEN j.cancel_requested THEN ${now}::bigint END,
+               result = coalesce(f.result::jsonb, j.result), runner_id = NULL, started_at = NULL,
+               max_attempts = j.max_attempts + f.granted, updated_at = ${now}
+          FROM unnest(${ids}::text[], ${attempts}::int[], ${runAts}::bigint[], ${results}::text[], ${granted}::int[]) AS f(id, attempt, run_at, result, granted)
+         WHERE j.id = f.id AND j.status = 'running' AND j.attempt = f.attempt
+        RETURNING j.id`
+}
+
 /** Builds the statements for the quoted schema `s`. */
 export function queries(s: string) {
   return {
@@ -129,6 +157,20 @@ export function queries(s: string) {
      * due time: the clock reading sent may trail the promotion another
      * process made. readyAt is when the job became claimable (its due
      * time, or its enqueue), for the wait the runner reports.
+     *
+     * One known departure from the claim order, under concurrency only: a
+     * claim of several kinds locks the head of each kind's queue (up to
+     * its limit per kind, since the merge may take them all from one) and
+     * takes its limit of them in all, so the heads it does not take stay
+     * locked until its statement commits. A claim running beside it skips
+     * those and may take a lower-priority or later job of the same kind;
+     * the skipped ones stay queued for the next claim. A claim of one kind
+     * takes every row it locks, and a limited kind's claims are serialized
+     * by its advisory lock, so neither shows it. Locking only the rows the
+     * merge keeps would need a second read of them, and a concurrent
+     * claimer reading the same candidates would then find them locked and
+     * take fewer jobs, rather than the rows past them: a slower claim on
+     * both counts, so it is not done.
      */
     claimJobs: `
       SELECT c_seq AS seq, c_id AS id, c_kind AS kind, c_payload AS payload, c_attempt AS attempt,
@@ -140,10 +182,15 @@ export function queries(s: string) {
      * answer was lost with its connection (the statement may have
      * committed). `$2` lists every job the runner holds: any other job
      * running under its id never reached a handler, so queuing it again
-     * starts no handler twice, and its attempt is given back.
+     * starts no handler twice, and its attempt is given back. A job whose
+     * cancellation was requested meanwhile is not queued again: it ends
+     * `cancelled` (finished now), as cancelWaiting leaves a queued job.
      */
     requeueLostClaims: `
-      UPDATE ${s}.jobs SET status = 'queued', runner_id = NULL, started_at = NULL, attempt = attempt - 1, updated_at = $3
+      UPDATE ${s}.jobs
+         SET status = CASE WHEN cancel_requested THEN 'cancelled' ELSE 'queued' END,
+             finished_at = CASE WHEN cancel_requested THEN $3::bigint END,
+             runner_id = NULL, started_at = NULL, attempt = attempt - 1, updated_at = $3
        WHERE runner_id = $1 AND status = 'running' AND NOT (id = ANY($2::text[]))`,
 
     /**
@@ -159,38 +206,41 @@ export function queries(s: string) {
       SELECT id, pg_notify('${NOTIFY_CHANNEL}', $5) FROM published`,
 
     /**
+     * A batch of final writes with send-backs, in one statement so that it
+     * applies whole or not at all: finishJobs' $1-$6, then the send-backs'
+     * arrays as $7-$11 (see retriedPart; their clock reading is $6). Made as two statements, a
+     * transient failure of the second after the first committed had the
+     * runner's retry of the batch find the send-backs applied already, and
+     * answer them as not running under their claim. The two updates touch
+     * different rows (a batch holds one write per job). Returns the ids it
+     * changed.
+     */
+    retryAndFinishJobs: `
+      WITH retried AS (${retriedPart(s, 7, '$6')}
+      ), finished AS (${finishedPart(s)}
+      )
+      SELECT id FROM retried UNION ALL SELECT id FROM finished`,
+
+    /**
+     * Fenced like finishJobs: puts claimed jobs no handler started back in
+     * the queue, giving back the attempt each claim took. A job whose
+     * cancellation was requested is not queued again: it ends `cancelled`
+     * (finished now), as cancelWaiting leaves a queued job.
+     */
+    releaseJobs: `
+      UPDATE ${s}.jobs AS j
+         SET status = CASE WHEN j.cancel_requested THEN 'cancelled' ELSE 'queued' END,
+             finished_at = CASE WHEN j.cancel_requested THEN $3::bigint END,
+             runner_id = NULL, started_at = NULL, attempt = j.attempt - 1, updated_at = $3
+        FROM unnest($1::text[], $2::int[]) AS r(id, attempt)
+       WHERE j.id = r.id AND j.status = 'running' AND j.attempt = r.attempt`,
+
+    /**
      * Every final write of a batch in one statement, fenced like
      * publishResult; a null result keeps the last partial one. Returns the
      * ids it changed: a finish whose id is missing was not running under
      * its claim.
      */
-    /**
-     * Fenced like finishJobs: sends jobs back for another attempt, each due
-     * at its run_at (scheduled until then); a snooze (grant 1) gives back
-     * the attempt it used. A retry's due time is its runner's clock plus a
-     * delay: from a runner whose clock is ahead of the database's it is
-     * stored that lead earlier, so the delay is waited on the database's
-     * time (see dueNow), not the lead besides. Returns the ids it changed. The alias is
-     * `granted`, not `grant`: GRANT is a reserved word, a syntax error
-     * (42601) as a column alias, which left every retry and snooze running.
-     */
-    retryJobs: `
-      UPDATE ${s}.jobs AS j
-         SET status = CASE WHEN j.cancel_requested THEN 'cancelled' WHEN f.run_at > $6 THEN 'scheduled' ELSE 'queued' END,
-             run_at = CASE WHEN j.cancel_requested THEN j.run_at ELSE f.run_at - ($6::bigint - ${dueNow('$6')}) END,
-             finished_at = CASE WHEN j.cancel_requested THEN $6::bigint END,
-             result = coalesce(f.result::jsonb, j.result), runner_id = NULL, started_at = NULL,
-             max_attempts = j.max_attempts + f.granted, updated_at = $6
-        FROM unnest($1::text[], $2::int[], $3::bigint[], $4::text[], $5::int[]) AS f(id, attempt, run_at, result, granted)
-       WHERE j.id = f.id AND j.status = 'running' AND j.attempt = f.attempt
-      RETURNING j.id`,
-
-    /** Fenced like finishJobs: puts claimed jobs no handler started back in the queue, giving back the attempt each claim took. */
-    releaseJobs: `
-      UPDATE ${s}.jobs AS j
-         SET status = 'queued', runner_id = NULL, started_at = NULL, attempt = j.attempt - 1, updated_at = $3
-        FROM unnest($1::text[], $2::int[]) AS r(id, attempt)
-       WHERE j.id = r.id AND j.status = 'running' AND j.attempt = r.attempt`,
     finishJobs: `
       UPDATE ${s}.jobs AS j
          SET status = CASE WHEN j.cancel_requested THEN 'cancelled' ELSE f.status END,
@@ -219,6 +269,25 @@ export function queries(s: string) {
       )
       SELECT 'f' AS part, NULL::bigint AS seq, id, NULL AS kind, NULL AS payload, NULL::integer AS attempt,
              NULL::integer AS "maxAttempts", NULL::integer AS "timeoutMs", NULL::text AS "traceContext", NULL::float8 AS "readyAt" FROM finished
+      UNION ALL
+      SELECT 'c', c_seq, c_id, c_kind, c_payload, c_attempt, c_max_attempts, c_timeout_ms, c_trace_context, c_ready_at::float8
+        FROM ${s}.claim_jobs($9::text[], $10::integer[], $11::integer[], $7::integer, $8::text, $6::bigint)`,
+
+    /**
+     * finishAndClaimJobs for a batch with send-backs: their arrays as
+     * $12-$16 (see retriedPart), so the batch applies whole or not at all (see
+     * retryAndFinishJobs). The send-backs are read first, then the final
+     * writes, then the claim, which therefore sees both (a job sent back
+     * due now may be claimed again at once, as a later claim would).
+     */
+    retryFinishAndClaimJobs: `
+      WITH retried AS (${retriedPart(s, 12, '$6')}
+      ), finished AS (${finishedPart(s)}
+      )
+      SELECT 'f' AS part, NULL::bigint AS seq, id, NULL AS kind, NULL AS payload, NULL::integer AS attempt,
+             NULL::integer AS "maxAttempts", NULL::integer AS "timeoutMs", NULL::text AS "traceContext", NULL::float8 AS "readyAt" FROM retried
+      UNION ALL
+      SELECT 'f', NULL, id, NULL, NULL, NULL, NULL, NULL, NULL, NULL FROM finished
       UNION ALL
       SELECT 'c', c_seq, c_id, c_kind, c_payload, c_attempt, c_max_attempts, c_timeout_ms, c_trace_context, c_ready_at::float8
         FROM ${s}.claim_jobs($9::text[], $10::integer[], $11::integer[], $7::integer, $8::text, $6::bigint)`,
@@ -259,7 +328,8 @@ export function queries(s: string) {
     /**
      * The kinds of queued jobs that no runner with a live lease has. It
      * jumps from one kind to the next in the index jobs_queued (kind
-     * first), reading one entry per kind rather than every queued row.
+     * first), reading one entry per kind rather than every queued row. A
+     * paused kind is not unserved: its jobs wait for the resume.
      */
     unservedKinds: `
       WITH RECURSIVE queued(kind) AS (
@@ -270,13 +340,15 @@ export function queries(s: string) {
       )
       SELECT q.kind FROM queued q
        WHERE q.kind IS NOT NULL
-         AND NOT EXISTS (SELECT 1 FROM ${s}.runners r WHERE r.expires_at >= ${dbNowMs} AND q.kind = ANY(r.kinds))`,
+         AND NOT EXISTS (SELECT 1 FROM ${s}.runners r WHERE r.expires_at >= ${dbNowMs} AND q.kind = ANY(r.kinds))
+         AND NOT EXISTS (SELECT 1 FROM ${s}.paused_kinds p WHERE p.kind = q.kind)`,
 
-    /** Fails the queued jobs enqueued before $1 whose kind no runner with a live lease has. */
+    /** Fails the queued jobs enqueued before $1 whose kind no runner with a live lease has, and is not paused. */
     failUnserved: `
       UPDATE ${s}.jobs j SET status = 'failed', error = $2, finished_at = $3, updated_at = $3
        WHERE j.status = 'queued' AND greatest(j.created_at, coalesce(j.run_at, 0)) < $1
-         AND NOT EXISTS (SELECT 1 FROM ${s}.runners r WHERE r.expires_at >= ${dbNowMs} AND j.kind = ANY(r.kinds))`,
+         AND NOT EXISTS (SELECT 1 FROM ${s}.runners r WHERE r.expires_at >= ${dbNowMs} AND j.kind = ANY(r.kinds))
+         AND NOT EXISTS (SELECT 1 FROM ${s}.paused_kinds p WHERE p.kind = j.kind)`,
 
     /** Renews a lease; no row means the lease lapsed and the runner was forgotten. */
     heartbeatRunner: `UPDATE ${s}.runners SET heartbeat_at = $2, expires_at = ${dbNowMs} + $3 WHERE id = $1`,
@@ -404,13 +476,24 @@ export function queries(s: string) {
        WHERE id = $1 AND scope IS NOT DISTINCT FROM $2`,
 
     /**
-     * A page of jobs, newest first, before a seq cursor. Each filter
+     * A page of jobs, newest first, inserted before the job $1. Each filter
      * applies only when its parameter is set ($2 true lists every scope).
+     * A $1 whose job is gone, or is not the caller's to see, is placed by
+     * its id's time, $7 being the id prefix of the millisecond after it
+     * (see the SQLite listJobs): every job enqueued before that
+     * millisecond, and those within it again, never one skipped; a cursor
+     * moves only within the caller's own jobs. Both lookups are InitPlans,
+     * and COALESCE runs the second only when the first finds nothing. The
+     * bound is one expression, without an OR, so even a generic plan reads
+     * the page as a range of the primary key.
      */
     listJobs: `
       SELECT ${JOB_COLUMNS} FROM ${s}.jobs
-       WHERE ($1::text IS NULL OR seq < (SELECT c.seq FROM ${s}.jobs c
-                                          WHERE c.id = $1::text AND ($2::boolean OR c.scope IS NOT DISTINCT FROM $3::text)))
+       WHERE seq < CASE WHEN $1::text IS NULL THEN 9223372036854775807 ELSE COALESCE(
+                     (SELECT c.seq FROM ${s}.jobs c WHERE c.id = $1::text AND ($2::boolean OR c.scope IS NOT DISTINCT FROM $3::text)),
+                     (SELECT n.seq FROM ${s}.jobs n WHERE n.id >= $7::text AND substr(n.id, 15, 1) = '7' AND ($2::boolean OR n.scope IS NOT DISTINCT FROM $3::text)
+                       ORDER BY n.id LIMIT 1),
+                     9223372036854775807) END
          AND ($2::boolean OR scope IS NOT DISTINCT FROM $3::text)
          AND ($4::text IS NULL OR status = $4::text)
          AND ($5::text IS NULL OR kind = $5::text)

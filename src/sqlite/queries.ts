@@ -133,10 +133,15 @@ export function claimJobs(arms: readonly ClaimArm[]): string {
 /**
  * Puts back the jobs running under @runnerId that it does not hold (@keep,
  * a JSON array of ids): what a claim whose answer was lost marked running.
- * No handler saw that claim, so its attempt is given back.
+ * No handler saw that claim, so its attempt is given back. A job whose
+ * cancellation was requested meanwhile is not queued again: it ends
+ * `cancelled` (finished now), as cancelWaiting leaves a queued job.
  */
 export const requeueLost = `
-  UPDATE jobtable_jobs SET status = 'queued', runner_id = NULL, started_at = NULL, attempt = attempt - 1, updated_at = @now
+  UPDATE jobtable_jobs
+     SET status = CASE WHEN cancel_requested = 1 THEN 'cancelled' ELSE 'queued' END,
+         finished_at = CASE WHEN cancel_requested = 1 THEN @now END,
+         runner_id = NULL, started_at = NULL, attempt = attempt - 1, updated_at = @now
    WHERE status = 'running' AND runner_id = @runnerId
      AND id NOT IN (SELECT value FROM json_each(@keep))`
 
@@ -148,6 +153,8 @@ export const runnersWithKinds = `SELECT id, kinds FROM jobtable_runners`
  * one kind to the next in the index jobtable_jobs_queued (kind first), so
  * it reads one entry per kind, not every queued row: 0.16 ms against 13 ms
  * for SELECT DISTINCT over 300,000 queued jobs of 5 kinds (measured here).
+ * A paused kind is not unserved: its jobs wait for the resume, whoever
+ * runs (no claim would take them even with a runner of the kind up).
  */
 export const unservedKinds = `
   WITH RECURSIVE queued(kind) AS (
@@ -155,22 +162,32 @@ export const unservedKinds = `
     UNION ALL
     SELECT (SELECT min(kind) FROM jobtable_jobs WHERE status = 'queued' AND kind > queued.kind) FROM queued WHERE queued.kind IS NOT NULL
   )
-  SELECT kind FROM queued WHERE kind IS NOT NULL AND kind NOT IN (SELECT value FROM json_each(@served))`
+  SELECT kind FROM queued WHERE kind IS NOT NULL AND kind NOT IN (SELECT value FROM json_each(@served))
+     AND kind NOT IN (SELECT kind FROM jobtable_paused_kinds)`
 
-/** Fails the queued jobs due (enqueued, or scheduled for) before @before whose kind is outside @served. */
+/** Fails the queued jobs due (enqueued, or scheduled for) before @before whose kind is outside @served and not paused. */
 export const failUnserved = `
   UPDATE jobtable_jobs SET status = 'failed', error = @error, finished_at = @now, updated_at = @now
    WHERE status = 'queued' AND max(created_at, coalesce(run_at, 0)) < @before
-     AND kind NOT IN (SELECT value FROM json_each(@served))`
+     AND kind NOT IN (SELECT value FROM json_each(@served))
+     AND kind NOT IN (SELECT kind FROM jobtable_paused_kinds)`
 
 /** Fenced: applies only while the job is running under the same claim. */
 export const publishResult = `
   UPDATE jobtable_jobs SET result = @result, updated_at = @now
    WHERE id = @id AND status = 'running' AND attempt = @attempt`
 
-/** Fenced like publishResult: puts a claimed job no handler started back in the queue, giving back the attempt its claim took. */
+/**
+ * Fenced like publishResult: puts a claimed job no handler started back in
+ * the queue, giving back the attempt its claim took. A job whose
+ * cancellation was requested is not queued again: it ends `cancelled`
+ * (finished now), as cancelWaiting leaves a queued job.
+ */
 export const releaseJob = `
-  UPDATE jobtable_jobs SET status = 'queued', runner_id = NULL, started_at = NULL, attempt = attempt - 1, updated_at = @now
+  UPDATE jobtable_jobs
+     SET status = CASE WHEN cancel_requested = 1 THEN 'cancelled' ELSE 'queued' END,
+         finished_at = CASE WHEN cancel_requested = 1 THEN @now END,
+         runner_id = NULL, started_at = NULL, attempt = attempt - 1, updated_at = @now
    WHERE id = @id AND status = 'running' AND attempt = @attempt`
 
 /**
@@ -326,13 +343,36 @@ export const getScopedJob = `SELECT ${JOB_COLUMNS} FROM jobtable_jobs WHERE id =
 /**
  * A page of jobs, newest first, inserted before the job @beforeId. Each
  * filter applies only when its parameter is set (@anyScope = 1 lists every
- * scope). A @beforeId outside the caller's scope, like an unknown one,
- * gives an empty page: a cursor reveals nothing of other scopes.
+ * scope).
+ *
+ * A @beforeId whose job is gone (deleted by retention, a prune, any
+ * DELETE), or is not the caller's to see, is placed by its id instead: a
+ * job id begins with its enqueue time to the millisecond (a version-7
+ * UUID), and @after is the id prefix of the millisecond after it (NULL for
+ * an id without a time). The page then holds the jobs inserted before the
+ * first of the caller's own jobs whose id is at or past @after (a
+ * version-7 id: a random version-4 id of an older jobtable says nothing of
+ * its time), found through the id's unique index: every job enqueued
+ * before the cursor's
+ * millisecond, and those enqueued within it again (where the cursor stood
+ * among them is gone with it), never a job skipped. A cursor moves only
+ * within the caller's own jobs: a job of another scope is placed by its
+ * id's time as a deleted one is, so the page depends on nothing but the
+ * caller's own jobs and the id given. The two lookups are uncorrelated
+ * subqueries, each run once, and coalesce runs the second only when the
+ * first finds nothing. The bound is one expression, without an OR, so
+ * the page is a range of the primary key read backwards from it: a page
+ * 1,000 jobs deep in 20,000 took 0.23 ms, against 2 ms when
+ * `@beforeId IS NULL OR seq < ...` had every newer row read (measured
+ * here).
  */
 export const listJobs = `
   SELECT ${JOB_COLUMNS} FROM jobtable_jobs
-   WHERE (@beforeId IS NULL OR seq < (SELECT c.seq FROM jobtable_jobs c
-                                       WHERE c.id = @beforeId AND (@anyScope = 1 OR c.scope IS @scope)))
+   WHERE seq < CASE WHEN @beforeId IS NULL THEN 9223372036854775807 ELSE coalesce(
+                 (SELECT c.seq FROM jobtable_jobs c WHERE c.id = @beforeId AND (@anyScope = 1 OR c.scope IS @scope)),
+                 (SELECT n.seq FROM jobtable_jobs n WHERE n.id >= @after AND substr(n.id, 15, 1) = '7' AND (@anyScope = 1 OR n.scope IS @scope)
+                   ORDER BY n.id LIMIT 1),
+                 9223372036854775807) END
      AND (@anyScope = 1 OR scope IS @scope)
      AND (@status IS NULL OR status = @status)
      AND (@kind IS NULL OR kind = @kind)

@@ -183,8 +183,14 @@ describeEachBackend('the table is the queue', (backend) => {
     } while (cursor)
     expect(seen).toEqual([...mine].reverse())
     const first = await runner.list({ scope: 'household-a', limit: 2 })
-    // The same cursor in another scope: an empty page, as for a job that does not exist.
-    expect((await runner.list({ scope: 'household-b', cursor: first.nextCursor! })).jobs).toEqual([])
+    // The same cursor in another scope reads as a cursor whose job does not exist (or was deleted): placed
+    // by the time its id begins with, it lists the other scope's own jobs only, and tells nothing of the job.
+    const cursorId = Buffer.from(first.nextCursor!, 'base64url').toString() // 'j' and a version-7 id, its first 48 bits the enqueue's millisecond
+    const unknown = Buffer.from(cursorId.slice(0, 14) + '-7fff-bfff-ffffffffffff').toString('base64url')
+    const foreign = (await runner.list({ scope: 'household-b', cursor: first.nextCursor! })).jobs
+    expect(foreign.length).toBeGreaterThan(0)
+    expect(foreign.every((j) => !mine.includes(j.id))).toBe(true)
+    expect(foreign).toEqual((await runner.list({ scope: 'household-b', cursor: unknown })).jobs)
     await expect(runner.list({ cursor: 'not-a-cursor' })).rejects.toMatchObject({ code: 'invalid_cursor' })
   })
 
