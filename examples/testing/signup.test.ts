@@ -41,7 +41,7 @@ describe('signup mail', () => {
 
     expect(ran.map((job) => [job.kind, job.status])).toEqual([['signup_welcome', 'succeeded']])
     expect(mailer.sent).toEqual([['ada@example.com', 'welcome']])
-    kit.assertEnqueued(kit.kinds.reminder, { userId: 'u1' }, { status: 'scheduled', runAt: signedUpAt + 3 * DAY, count: 1 })
+    await kit.assertEnqueued(kit.kinds.reminder, { userId: 'u1' }, { status: 'scheduled', runAt: signedUpAt + 3 * DAY, count: 1 })
   })
 
   it('the reminder goes out once the clock reaches three days, not a millisecond before', async () => {
@@ -75,7 +75,7 @@ describe('signup mail', () => {
 
     // advance: the clock moves to each retry's due time in turn.
     await kit.drain({ advance: true })
-    expect(kit.job(id)).toMatchObject({ status: 'succeeded', attempt: 3, error: null })
+    expect(await kit.job(id)).toMatchObject({ status: 'succeeded', attempt: 3, error: null })
     expect(mailer.sent).toEqual([['ada@example.com', 'reminder']])
   })
 
@@ -87,7 +87,7 @@ describe('signup mail', () => {
 
     await kit.drain({ advance: true })
 
-    expect(kit.job(id)).toMatchObject({ status: 'failed', error: 'mailer_down', attempt: 3, maxAttempts: 3 })
+    expect(await kit.job(id)).toMatchObject({ status: 'failed', error: 'mailer_down', attempt: 3, maxAttempts: 3 })
     expect(mailer.sent).toEqual([])
   })
 
@@ -104,7 +104,7 @@ describe('signup mail', () => {
     })
 
     expect(() => signUp({ userId: 'u2', email: 'grace@example.com' }, true)).toThrow('submitted twice')
-    kit.assertNotEnqueued(kit.kinds.welcome, { userId: 'u2' })
+    await kit.assertNotEnqueued(kit.kinds.welcome, { userId: 'u2' })
     signUp(ada, false)
     kit.kinds.welcome.wake()
 

@@ -1,21 +1,59 @@
-import type { ClaimedJob, ClaimParams, FinishAndClaimParams, FinishAndClaimResult, InsertResult, JobFinish, NewJob } from '../driver.js'
-import { SqliteDriver } from '../sqlite/driver.js'
+import type { ClaimedJob, ClaimParams, Driver, FinishAndClaimParams, FinishAndClaimResult, InsertResult, JobFinish, NewJob } from '../driver.js'
+import { isThenable } from '../payload.js'
+
+/** What the kit knows of a job from its insert: what the driver's reads do not return. */
+export interface Stored {
+  /** The payload as JSON text. */
+  readonly payload: string
+  readonly scope: string | null
+}
 
 /**
- * The SQLite driver of a test kit: the production driver, every statement
- * its own, with one difference. Its claims take jobs only while the kit
+ * The driver of a test kit: any jobtable driver (the kit's own SQLite
+ * one, or PostgreSQL, or one a test wraps itself), every statement its
+ * own, with one difference. Its claims take jobs only while the kit
  * drains, and at most the drain's budget of them in all; outside a drain
  * a claim finds nothing, so a test sees its jobs queued until it drains
  * them. Every write that can change what is queued or running tells the
  * kit (`changed`), so a drain waits for the database, not for a clock.
+ * It also keeps, for each job stored through it, the payload and scope
+ * it was stored with: the driver's reads return neither.
+ *
+ * `driver` is a Proxy of the real driver: every method and property not
+ * named here is the real driver's own (its `database`, its `schema`), and
+ * an optional method the real driver lacks stays absent.
  */
-export class KitDriver extends SqliteDriver {
+export class KitDriver<D extends Driver> {
+  /** What the kit's runner is given: the real driver, gated. */
+  readonly driver: D
+  /** Called after every write that may change what is queued or running. */
+  changed: () => void = () => undefined
+  /** The payload and scope of each job stored through this driver, by id (a job inserted in a transaction later rolled back included: it is never read). */
+  readonly stored = new Map<string, Stored>()
   #open = false
   #budget = 0
   #inFlight = 0
+  #moves = 0
   #onClaim: (jobs: readonly ClaimedJob[]) => void = () => undefined
-  /** Called after every write that may change what is queued or running. */
-  changed: () => void = () => undefined
+
+  constructor(real: D) {
+    const overrides = this.#overrides(real)
+    /** Each function handed out once, so `driver.x === driver.x` holds as on the real driver. */
+    const bound = new Map<PropertyKey, unknown>()
+    this.driver = new Proxy(real, {
+      get: (target, prop) => {
+        // The real driver as the receiver: its methods and getters read private fields, which the proxy has not.
+        const value = Reflect.get(target, prop, target) as unknown
+        if (typeof value !== 'function') return value
+        let fn = bound.get(prop)
+        if (fn === undefined) {
+          fn = Object.hasOwn(overrides, prop) ? overrides[prop as keyof typeof overrides] : (value as (...args: unknown[]) => unknown).bind(target)
+          bound.set(prop, fn)
+        }
+        return fn
+      },
+    })
+  }
 
   /** Lets claims through, `budget` jobs at most in all, each reported to `onClaim`. */
   openClaims(budget: number, onClaim: (jobs: readonly ClaimedJob[]) => void): void {
@@ -41,6 +79,15 @@ export class KitDriver extends SqliteDriver {
     return this.#inFlight
   }
 
+  /**
+   * Counts every claim sent and every claim answered: a reader of the
+   * database that sees it unchanged across its read, and no claim in
+   * flight after it, knows no claim moved a job while it read.
+   */
+  get claimMoves(): number {
+    return this.#moves
+  }
+
   /** Takes up to `limit` of the budget for one claim; 0 when claims are closed. */
   #reserve(limit: number): number {
     if (!this.#open) return 0
@@ -55,107 +102,115 @@ export class KitDriver extends SqliteDriver {
     if (jobs.length > 0) this.#onClaim(jobs)
   }
 
-  override async jobClaim(params: ClaimParams & { now: number }): Promise<ClaimedJob[]> {
-    const reserved = this.#reserve(params.limit)
-    if (reserved === 0) return []
-    this.#inFlight++
-    let jobs: ClaimedJob[] = []
-    try {
-      jobs = await super.jobClaim({ ...params, limit: reserved })
-      return jobs
-    } finally {
-      this.#inFlight--
-      this.#settle(reserved, jobs)
-      // A claim that took nothing changed nothing: telling the kit would only make it look, and wake the runner, again.
-      if (jobs.length > 0) this.changed()
-    }
+  /** Keeps the payload and scope of each job of an insert that was stored (not refused for a unique key another job held). */
+  #remember(jobs: readonly NewJob[], result: InsertResult): void {
+    jobs.forEach((job, i) => {
+      if (result === undefined || result[i] === null || result[i] === undefined) this.stored.set(job.id, { payload: job.payload, scope: job.scope })
+    })
   }
 
-  override async jobFinishManyAndClaim(params: FinishAndClaimParams): Promise<FinishAndClaimResult> {
-    const reserved = this.#reserve(params.claim.limit)
-    if (reserved === 0) {
-      // The final writes still land, in the driver's own statement; only the claim is held back.
-      const applied = await this.jobFinishMany({ finishes: params.finishes, now: params.now, signal: params.signal })
-      return { applied, claimed: [] }
+  /** The methods the kit changes, each calling the real driver's own. */
+  #overrides(real: Driver) {
+    /** Calls `write`, then tells the kit, however it ended. */
+    const tell = async <T>(write: () => Promise<T>): Promise<T> => {
+      try {
+        return await write()
+      } finally {
+        this.changed()
+      }
     }
-    this.#inFlight++
-    let claimed: ClaimedJob[] = []
-    try {
-      const result = await super.jobFinishManyAndClaim({ ...params, claim: { ...params.claim, limit: reserved } })
-      claimed = result.claimed
-      return result
-    } finally {
-      this.#inFlight--
-      this.#settle(reserved, claimed)
-      this.changed()
+    const overrides = {
+      jobClaim: async (params: ClaimParams & { now: number }): Promise<ClaimedJob[]> => {
+        const reserved = this.#reserve(params.limit)
+        if (reserved === 0) return []
+        this.#inFlight++
+        this.#moves++
+        let jobs: ClaimedJob[] = []
+        try {
+          jobs = await real.jobClaim({ ...params, limit: reserved })
+          return jobs
+        } finally {
+          this.#inFlight--
+          this.#moves++
+          this.#settle(reserved, jobs)
+          // A claim that took nothing changed nothing: telling the kit would only make it look, and wake the runner, again.
+          if (jobs.length > 0) this.changed()
+        }
+      },
+      jobFinishManyAndClaim: async (params: FinishAndClaimParams): Promise<FinishAndClaimResult> => {
+        const reserved = this.#reserve(params.claim.limit)
+        if (reserved === 0) {
+          // The final writes still land, in the driver's own statement; only the claim is held back.
+          const applied = await tell(() => real.jobFinishMany({ finishes: params.finishes, now: params.now, signal: params.signal }))
+          return { applied, claimed: [] }
+        }
+        this.#inFlight++
+        this.#moves++
+        let claimed: ClaimedJob[] = []
+        try {
+          const result = await real.jobFinishManyAndClaim!({ ...params, claim: { ...params.claim, limit: reserved } })
+          claimed = result.claimed
+          return result
+        } finally {
+          this.#inFlight--
+          this.#moves++
+          this.#settle(reserved, claimed)
+          this.changed()
+        }
+      },
+      jobFinishMany: (params: { finishes: readonly JobFinish[]; now: number; signal?: AbortSignal }) => tell(() => real.jobFinishMany(params)),
+      jobInsertMany: (params: { jobs: readonly NewJob[]; now: number }) =>
+        tell(async () => {
+          const result = await real.jobInsertMany(params)
+          this.#remember(params.jobs, result)
+          return result
+        }),
+      // Synchronous on SQLite (inside the application's transaction), a promise on PostgreSQL: kept as it is.
+      jobInsertTx: (params: Parameters<Driver['jobInsertTx']>[0]): ReturnType<Driver['jobInsertTx']> => {
+        let result: ReturnType<Driver['jobInsertTx']>
+        try {
+          result = real.jobInsertTx(params)
+        } catch (err) {
+          this.changed()
+          throw err
+        }
+        if (!isThenable(result)) {
+          this.#remember(params.jobs, result as InsertResult)
+          this.changed()
+          return result
+        }
+        return tell(async () => {
+          const inserted = await (result as Promise<InsertResult>)
+          this.#remember(params.jobs, inserted)
+          return inserted
+        })
+      },
+      scheduleAdvance: (params: Parameters<Driver['scheduleAdvance']>[0]) =>
+        tell(async () => {
+          const advanced = await real.scheduleAdvance(params)
+          // A unique key held by a live job leaves that tick's job unstored: never read, so kept harmlessly.
+          if (advanced) this.#remember(params.jobs, undefined)
+          return advanced
+        }),
+      jobRelease: (params: Parameters<Driver['jobRelease']>[0]) => tell(() => real.jobRelease(params)),
+      jobRequeueLost: (params: Parameters<Driver['jobRequeueLost']>[0]) => tell(() => real.jobRequeueLost(params)),
+      jobPromoteDue: async (params: Parameters<Driver['jobPromoteDue']>[0]) => {
+        const promoted = await real.jobPromoteDue(params)
+        if (promoted > 0) this.changed()
+        return promoted
+      },
+      jobCancel: (params: Parameters<Driver['jobCancel']>[0]) => tell(() => real.jobCancel(params)),
+      jobRetryNow: async (params: Parameters<Driver['jobRetryNow']>[0]) => {
+        const result = await real.jobRetryNow(params)
+        if (result === 'queued') this.changed()
+        return result
+      },
+      // A resumed kind's queued jobs become runnable; a paused one's stop being so.
+      kindPause: (params: Parameters<Driver['kindPause']>[0]) => tell(() => real.kindPause(params)),
+      kindResume: (params: Parameters<Driver['kindResume']>[0]) => tell(() => real.kindResume(params)),
+      jobFailInterrupted: (params: Parameters<Driver['jobFailInterrupted']>[0]) => tell(() => real.jobFailInterrupted(params)),
+      jobFailUnserved: (params: Parameters<Driver['jobFailUnserved']>[0]) => tell(() => real.jobFailUnserved(params)),
     }
-  }
-
-  override async jobFinishMany(params: { finishes: readonly JobFinish[]; now: number; signal?: AbortSignal }): Promise<boolean[]> {
-    try {
-      return await super.jobFinishMany(params)
-    } finally {
-      this.changed()
-    }
-  }
-
-  override async jobInsertMany(params: { jobs: readonly NewJob[]; now: number }): Promise<InsertResult> {
-    try {
-      return await super.jobInsertMany(params)
-    } finally {
-      this.changed()
-    }
-  }
-
-  override async jobRelease(params: { jobs: readonly { id: string; attempt: number }[]; now: number }): Promise<void> {
-    try {
-      return await super.jobRelease(params)
-    } finally {
-      this.changed()
-    }
-  }
-
-  override async jobRequeueLost(params: { runnerId: string; keep: readonly string[]; now: number }): Promise<number> {
-    try {
-      return await super.jobRequeueLost(params)
-    } finally {
-      this.changed()
-    }
-  }
-
-  override async jobPromoteDue(params: { now: number; limit: number }): Promise<number> {
-    const promoted = await super.jobPromoteDue(params)
-    if (promoted > 0) this.changed()
-    return promoted
-  }
-
-  override async jobCancel(params: { id: string; scope?: string | null; now: number }): ReturnType<SqliteDriver['jobCancel']> {
-    try {
-      return await super.jobCancel(params)
-    } finally {
-      this.changed()
-    }
-  }
-
-  override async jobRetryNow(params: { id: string; scope?: string | null; now: number }): ReturnType<SqliteDriver['jobRetryNow']> {
-    const result = await super.jobRetryNow(params)
-    if (result === 'queued') this.changed()
-    return result
-  }
-
-  override async jobFailInterrupted(params: { runnerId: string; error: string; now: number }): Promise<{ failed: number; requeued: number }> {
-    try {
-      return await super.jobFailInterrupted(params)
-    } finally {
-      this.changed()
-    }
-  }
-
-  override async jobFailUnserved(params: { createdBefore: number; error: string; now: number }): Promise<number> {
-    try {
-      return await super.jobFailUnserved(params)
-    } finally {
-      this.changed()
-    }
+    return overrides
   }
 }

@@ -31,7 +31,9 @@ export class DrainLimitError extends JobtableError {
 /**
  * A drain did not see the queue idle within its `timeoutMs` (real time):
  * a handler that never returns, or jobs no worker here may take (a
- * concurrency limit held by a job running elsewhere). Jobs still running
+ * concurrency limit held by a job running elsewhere), or scheduled jobs
+ * the kit's clock has reached that the database does not make due (on
+ * PostgreSQL, a clock moved past the database's own). Jobs still running
  * keep running; `close()` aborts their signals.
  */
 export class DrainTimeoutError extends JobtableError {
@@ -39,16 +41,23 @@ export class DrainTimeoutError extends JobtableError {
   readonly running: readonly RunningJob[]
   /** The jobs queued (and due) when it gave up, counted by kind. */
   readonly queued: Readonly<Record<string, number>>
-  constructor(timeoutMs: number, running: readonly RunningJob[], queued: Readonly<Record<string, number>>) {
+  /** How many scheduled jobs were due by the kit's clock and still not queued when it gave up. */
+  readonly scheduledDue: number
+  constructor(timeoutMs: number, running: readonly RunningJob[], queued: Readonly<Record<string, number>>, scheduledDue = 0) {
     const shown = running.slice(0, 10).map((j) => `${j.kind} ${j.id}`)
     if (running.length > shown.length) shown.push(`and ${running.length - shown.length} more`)
     super(
       'drain_timeout',
       `jobtable/testing: drain timed out after ${timeoutMs} ms with the queue not idle: ` +
-        `running ${running.length === 0 ? 'none' : shown.join(', ')}; queued ${counts(queued)}`,
+        `running ${running.length === 0 ? 'none' : shown.join(', ')}; queued ${counts(queued)}` +
+        (scheduledDue === 0
+          ? ''
+          : `; ${scheduledDue} scheduled job${scheduledDue === 1 ? ' is' : 's are'} due by the kit's clock, yet the database has not made ${scheduledDue === 1 ? 'it' : 'them'} due. ` +
+            "PostgreSQL compares a due time with the earlier of the runner's clock and its own: start the kit's clock in the past (createTestKit({ clock }))"),
     )
     this.running = running
     this.queued = queued
+    this.scheduledDue = scheduledDue
   }
 }
 

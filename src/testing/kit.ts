@@ -2,16 +2,14 @@ import { AssertionError } from 'node:assert'
 import { mkdtempSync, rmSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
-import Database from 'better-sqlite3'
 import type { StandardSchemaV1 } from '@standard-schema/spec'
-import type { ClaimedJob } from '../driver.js'
-import { ConfigError, DatabaseError, InvalidArgumentError, JobFailure, JobNotFoundError, JobSnooze, RunnerStateError } from '../errors.js'
+import type { ClaimedJob, Driver } from '../driver.js'
+import { ConfigError, DatabaseError, InvalidArgumentError, JobNotFoundError, RunnerStateError } from '../errors.js'
 import { JOB_STATUSES, type Job, type JobStatus, type JsonValue } from '../job.js'
 import type { KindDef } from '../kind.js'
 import type { Logger } from '../logger.js'
 import { optionsObject } from '../options.js'
-import { isThenable } from '../payload.js'
-import { Runner, toJob, type Kind, type RunnerOptions } from '../runner/runner.js'
+import { Runner, type Kind, type ListOptions, type RunnerOptions } from '../runner/runner.js'
 import type { SqliteDatabase } from '../sqlite/database.js'
 import type { SqliteDriver } from '../sqlite/driver.js'
 import { TestClock } from './clock.js'
@@ -19,8 +17,8 @@ import { KitDriver } from './driver.js'
 import { DrainLimitError, DrainTimeoutError, type RunningJob } from './errors.js'
 import { jsonOf, matches, type PayloadMatch } from './match.js'
 
-/** The Runner options a test kit passes on; the driver and the clock are the kit's own. */
-export type TestKitRunnerOptions = Omit<RunnerOptions<SqliteDriver>, 'driver' | 'clock'>
+/** The Runner options a test kit passes on; the driver and the clock are the kit's own options. */
+export type TestKitRunnerOptions = Omit<RunnerOptions<Driver>, 'driver' | 'clock'>
 
 /** Options of one drain; a kit's `drain` option sets the defaults of all of its drains. Unknown keys are refused. */
 export interface DrainOptions {
@@ -48,36 +46,61 @@ export interface DrainOptions {
 }
 
 /** Options of `createTestKit`. Unknown keys are refused (ConfigError). */
-export interface TestKitOptions<K> {
+export interface TestKitOptions<K, D extends Driver = SqliteDriver> {
   /**
    * Registers the kinds on the kit's runner (`runner.register(...)`), as
    * the application does on its own; what it returns is `kit.kinds`.
    * Kinds may also be registered on `kit.runner` before the first drain.
    */
-  readonly register?: (runner: Runner<SqliteDriver>) => K
-  /** The clock the runner reads: a TestClock (shared between kits if you like), or its start time. Default: a clock frozen at the real time now. */
+  readonly register?: (runner: Runner<D>) => K
+  /**
+   * The clock the runner reads: a TestClock (shared between kits if you
+   * like), or its start time. Default: a clock frozen at the real time
+   * now. On PostgreSQL, start it in the past when the test moves it on: the
+   * database compares due times with the earlier of the runner's clock and
+   * its own, so a clock moved past the real time makes nothing due.
+   */
   readonly clock?: TestClock | Date | number
   /**
-   * `memory` (default): a database in memory, gone at close. `file`: a
-   * file in a new temporary folder (`kit.path`), removed at close, for a
-   * test that opens a second connection or runner on it.
+   * The kit's own SQLite database (without `driver`). `memory` (default):
+   * a database in memory, gone at close. `file`: a file in a new
+   * temporary folder (`kit.path`), removed at close, for a test that
+   * opens a second connection or runner on it.
    */
   readonly storage?: 'memory' | 'file'
+  /**
+   * The database to run on instead of the kit's own SQLite one: a driver
+   * made for the test, such as `postgres({ connectionString, schema })`
+   * from `jobtable/postgres` on a schema of the test's own. The kit wraps
+   * it (its claims wait for a drain) and from then on it is the kit's: it
+   * is closed at `close()`, or when createTestKit fails. The kit reads
+   * every job the database holds and drops nothing: give each test a
+   * fresh schema (or file), and drop it after.
+   */
+  readonly driver?: D
   /**
    * Passed to the Runner. Defaults here: one worker (jobs run one at a
    * time, by priority then insertion order), a logger that drops every
    * line, stopTimeoutMs 1000, and `retention: false`, so a job the test
-   * drained stays readable however far it moves the clock.
+   * drained stays readable however far it moves the clock. An
+   * `onHandlerError` given is called as well as the kit's own (which
+   * keeps what handlers throw for `thrown()`).
    */
   readonly runner?: TestKitRunnerOptions
   /** Defaults of every drain of this kit. */
   readonly drain?: DrainOptions
 }
 
-/** A job as a test reads it: what `runner.get()` returns, with its payload (as stored, JSON) and its scope. */
+/**
+ * A job as a test reads it: what `runner.get()` returns, with its payload
+ * (as stored, JSON) and its scope, as the kit's runner stored them. Both
+ * are undefined for a job stored through another connection or process
+ * (another runner on the kit's file or schema): the runner's reads return
+ * neither, so the kit knows them from the inserts its own runner made.
+ */
 export interface TestJob extends Job {
-  readonly payload: JsonValue
-  readonly scope: string | null
+  readonly payload: JsonValue | undefined
+  readonly scope: string | null | undefined
 }
 
 /** Which jobs `kit.jobs()` returns; every field given must hold. Unknown keys are refused. */
@@ -113,40 +136,52 @@ export type KindRef = string | { readonly name: string }
 // `any` driver, result and codes: only the payload type is read.
 export type PayloadOf<R> = R extends Kind<infer In, any> ? In : R extends KindDef<infer S, any, any> ? StandardSchemaV1.InferInput<S> : unknown
 
+
+/** The database handle of a kit on SQLite (its own, or a SQLite driver given), for `enqueueTx`; null on any other driver. */
+export type TestKitDatabase<D extends Driver> = D extends SqliteDriver ? SqliteDatabase : null
+
 /**
- * A runner on a real SQLite database (in memory, or a temporary file),
- * whose jobs run only when the test drains the queue, on a clock the test
- * moves. See `createTestKit`.
+ * A runner on a real database (the kit's own SQLite one in memory or in a
+ * temporary file, or the driver given, such as PostgreSQL), whose jobs
+ * run only when the test drains the queue, on a clock the test moves. See
+ * `createTestKit`.
  */
-export interface TestKit<K = undefined> extends AsyncDisposable {
+export interface TestKit<K = undefined, D extends Driver = SqliteDriver> extends AsyncDisposable {
   /** The kit's runner: register kinds on it (before the first drain), enqueue, get, list, cancel as the application does. Do not start it: `drain()` does. */
-  readonly runner: Runner<SqliteDriver>
+  readonly runner: Runner<D>
   /** What the `register` option returned (the kinds' handles), or undefined. */
   readonly kinds: K
   /** The clock the runner reads. */
   readonly clock: TestClock
-  /** The better-sqlite3 Database the jobs live in, for `enqueueTx` and the application's own tables (cast it to better-sqlite3's `Database` type for its whole API). */
-  readonly database: SqliteDatabase
-  /** The database file with `storage: 'file'`; null in memory. */
+  /**
+   * On SQLite, the better-sqlite3 Database the jobs live in, for
+   * `enqueueTx` and the application's own tables (cast it to
+   * better-sqlite3's `Database` type for its whole API); null on another
+   * driver (on PostgreSQL, `enqueueTx` takes a client of your own pool).
+   */
+  readonly database: TestKitDatabase<D>
+  /** The database file with `storage: 'file'`; null otherwise. */
   readonly path: string | null
   /**
    * Runs queued jobs until none that is due is left and none is running:
    * the jobs those jobs enqueue too, and scheduled ones once the clock has
-   * reached them (`advance` moves it for them). Resolves to each job this
-   * drain started, once, in the order it first started, as it stands now.
-   * Outside a drain no job starts: a test sees what it enqueued queued.
+   * reached them (`advance` moves it for them). Jobs of a kind this kit
+   * has no handler for, or of a paused kind, are not its work: they stay
+   * queued or scheduled. Resolves to each job this drain started, once,
+   * in the order it first started, as it stands now. Outside a drain no
+   * job starts: a test sees what it enqueued queued.
    */
   drain(options?: DrainOptions): Promise<TestJob[]>
-  /** The job with `id` as it stands now; throws JobNotFoundError. */
-  job(id: string): TestJob
-  /** Every job (or those the filter names) in insertion order. */
-  jobs(filter?: JobsFilter): TestJob[]
+  /** The job with `id` as it stands now, read through the runner; rejects with JobNotFoundError. */
+  job(id: string): Promise<TestJob>
+  /** Every job (or those the filter names) in insertion order, read through the runner. */
+  jobs(filter?: JobsFilter): Promise<TestJob[]>
   /**
-   * What the job's handler threw, other than a JobFailure or a snooze,
-   * one entry per attempt that threw: the error behind an
-   * `internal_error`, which jobtable never stores or logs. Handlers
-   * registered through `kit.runner` (or the `register` option) are
-   * watched for it; empty for a job whose handler threw nothing.
+   * What the job's handler threw, other than a declared failure or a
+   * snooze, one entry per attempt that threw: the error behind an
+   * `internal_error`, which jobtable never stores or logs (the runner's
+   * `onHandlerError` hands it to the kit). Empty for a job whose handler
+   * threw nothing.
    */
   thrown(id: string): unknown[]
   /**
@@ -154,22 +189,22 @@ export interface TestKit<K = undefined> extends AsyncDisposable {
    * became since) whose payload holds every field of `payload` (see
    * PayloadMatch) and that have what `options` names.
    */
-  enqueued<R extends KindRef>(kind: R, payload?: PayloadMatch<PayloadOf<R>>, options?: EnqueuedOptions): TestJob[]
+  enqueued<R extends KindRef>(kind: R, payload?: PayloadMatch<PayloadOf<R>>, options?: EnqueuedOptions): Promise<TestJob[]>
   /**
-   * Throws an AssertionError unless a job of `kind` was enqueued with a
-   * payload holding every field of `payload` (exactly `count` of them when
-   * given); its message lists the jobs of that kind that were enqueued.
-   * Returns the first that matches.
+   * Rejects with an AssertionError unless a job of `kind` was enqueued
+   * with a payload holding every field of `payload` (exactly `count` of
+   * them when given); its message lists the jobs of that kind that were
+   * enqueued. Resolves to the first that matches.
    */
-  assertEnqueued<R extends KindRef>(kind: R, payload?: PayloadMatch<PayloadOf<R>>, options?: AssertEnqueuedOptions): TestJob
-  /** Throws an AssertionError, listing them, if any job of `kind` matches. */
-  assertNotEnqueued<R extends KindRef>(kind: R, payload?: PayloadMatch<PayloadOf<R>>, options?: EnqueuedOptions): void
-  /** Stops the runner (aborting the signals of jobs still running), closes the database and removes its temporary folder. */
+  assertEnqueued<R extends KindRef>(kind: R, payload?: PayloadMatch<PayloadOf<R>>, options?: AssertEnqueuedOptions): Promise<TestJob>
+  /** Rejects with an AssertionError, listing them, if any job of `kind` matches. */
+  assertNotEnqueued<R extends KindRef>(kind: R, payload?: PayloadMatch<PayloadOf<R>>, options?: EnqueuedOptions): Promise<void>
+  /** Stops the runner (aborting the signals of jobs still running), closes the driver, and the kit's own database and its temporary folder. */
   close(): Promise<void>
 }
 
-const KIT_KEYS = ['register', 'clock', 'storage', 'runner', 'drain'] as const
-const RUNNER_KEYS = ['workers', 'logger', 'stopTimeoutMs', 'unknownKindGraceMs', 'onFatal', 'timeoutGraceMs', 'retention'] as const
+const KIT_KEYS = ['register', 'clock', 'storage', 'driver', 'runner', 'drain'] as const
+const RUNNER_KEYS = ['workers', 'logger', 'stopTimeoutMs', 'unknownKindGraceMs', 'onFatal', 'timeoutGraceMs', 'retention', 'onHandlerError'] as const
 const DRAIN_KEYS = ['maxJobs', 'timeoutMs', 'advance'] as const
 const JOBS_KEYS = ['kind', 'status', 'scope'] as const
 const ENQUEUED_KEYS = ['status', 'scope', 'priority', 'runAt'] as const
@@ -180,63 +215,80 @@ const DEFAULT_TIMEOUT_MS = 4_000
 /** A drain looks at the database again at least this often (real ms), whatever it was told: a write by another connection tells it nothing. */
 const FALLBACK_MS = 25
 const PROMOTE_BATCH = 1_000
+/** The page size of the kit's reads (runner.list's largest). */
+const PAGE = 1_000
 /** At most this many jobs are listed in an assertion's message. */
 const LISTED = 20
 
 const silent: Logger = { debug() {}, info() {}, warn() {}, error() {} }
 
-const COLUMNS = 'id, kind, status, result, error, attempt, max_attempts AS maxAttempts, priority, run_at AS runAt, payload, scope'
-
-interface Row {
-  id: string
-  kind: string
-  status: JobStatus
-  result: string | null
-  error: string | null
-  attempt: number
-  maxAttempts: number
-  priority: number
-  runAt: number | null
-  payload: string
-  scope: string | null
+/** What a kit's own database leaves to undo at close. */
+interface Own {
+  readonly database: { close(): unknown }
+  readonly dir: string | null
 }
 
 /**
- * Makes a test kit: a Runner on a real SQLite database with the
- * production driver (in memory by default), whose jobs run only when the
- * test calls `drain()`, on a clock the test moves (`kit.clock`).
+ * Makes a test kit: a Runner on a real database, whose jobs run only when
+ * the test calls `drain()`, on a clock the test moves (`kit.clock`). The
+ * database is SQLite with the production driver (in memory by default),
+ * or the driver given (`driver: postgres({ ... })`).
  *
  * ```ts
  * await using kit = await createTestKit({ register: registerKinds })
  * const id = await kit.kinds.mealPlan.enqueue({ household: 'h1', days: 2 })
  * await kit.drain()
- * expect(kit.job(id)).toMatchObject({ status: 'succeeded' })
+ * expect(await kit.job(id)).toMatchObject({ status: 'succeeded' })
  * ```
  */
-export async function createTestKit<K = undefined>(options?: TestKitOptions<K>): Promise<TestKit<Awaited<K>>> {
-  const { register, clock: clockOption, storage = 'memory', runner: runnerOptions, drain } = optionsObject(options, KIT_KEYS, 'createTestKit')
-  if (register !== undefined && typeof register !== 'function') throw new ConfigError('createTestKit: register must be a function (runner) => kinds')
-  if (storage !== 'memory' && storage !== 'file') throw new ConfigError("createTestKit: storage must be 'memory' or 'file'")
-  if (runnerOptions !== undefined && runnerOptions !== null && typeof runnerOptions === 'object') {
-    for (const key of ['driver', 'clock']) {
-      if (key in runnerOptions) throw new ConfigError(`createTestKit runner options: unknown option ${JSON.stringify(key)} (the kit's ${key === 'driver' ? 'driver is its own' : 'clock is the clock option'})`)
-    }
+export async function createTestKit<K = undefined, D extends Driver = SqliteDriver>(options?: TestKitOptions<K, D>): Promise<TestKit<Awaited<K>, D>> {
+  const { register, clock: clockOption, storage, driver: given, runner: runnerOptions, drain } = optionsObject(options, KIT_KEYS, 'createTestKit')
+  if (given !== undefined && (given === null || typeof given !== 'object' || typeof given.jobClaim !== 'function' || typeof given.close !== 'function')) {
+    throw new ConfigError('createTestKit: driver must be a jobtable driver, e.g. postgres({ connectionString, schema }) from jobtable/postgres')
   }
-  const passed = optionsObject(runnerOptions, RUNNER_KEYS, 'createTestKit runner options')
-  const defaults = drainOptions(drain, { maxJobs: DEFAULT_MAX_JOBS, timeoutMs: DEFAULT_TIMEOUT_MS, advance: false }, 'createTestKit drain options', 'config')
-  const clock = clockOption instanceof TestClock ? clockOption : new TestClock(clockOption)
-
-  let dir: string | null = null
-  if (storage === 'file') dir = mkdtempSync(join(tmpdir(), 'jobtable-testkit-'))
-  const path = dir === null ? null : join(dir, 'jobs.db')
-  let database: Database.Database | undefined
-  let driver: KitDriver | undefined
-  let runner: Runner<SqliteDriver> | undefined
+  let own: Own | undefined
+  /** The driver the runner runs on: the one given (the kit's from the start), or the kit's own SQLite one. */
+  let real: D | undefined = given
+  let runner: Runner<D> | undefined
   try {
-    database = new Database(path ?? ':memory:')
-    driver = new KitDriver({ database })
-    runner = new Runner<SqliteDriver>({ workers: 1, logger: silent, stopTimeoutMs: 1_000, retention: false, ...passed, driver, clock: () => clock.now() })
-    const kit = new Kit<Awaited<K>>(runner, driver, database, clock, path, dir, defaults)
+    if (register !== undefined && typeof register !== 'function') throw new ConfigError('createTestKit: register must be a function (runner) => kinds')
+    if (storage !== undefined && storage !== 'memory' && storage !== 'file') throw new ConfigError("createTestKit: storage must be 'memory' or 'file'")
+    if (storage !== undefined && given !== undefined) throw new ConfigError("createTestKit: storage is for the kit's own SQLite database; with a driver, the driver says where the jobs are")
+    if (runnerOptions !== undefined && runnerOptions !== null && typeof runnerOptions === 'object') {
+      for (const key of ['driver', 'clock']) {
+        if (key in runnerOptions) throw new ConfigError(`createTestKit runner options: unknown option ${JSON.stringify(key)} (the kit's ${key} is its ${key} option)`)
+      }
+    }
+    const passed = optionsObject(runnerOptions, RUNNER_KEYS, 'createTestKit runner options')
+    const { onHandlerError: theirs } = passed
+    if (theirs !== undefined && typeof theirs !== 'function') throw new ConfigError('createTestKit runner options: onHandlerError must be a function')
+    const defaults = drainOptions(drain, { maxJobs: DEFAULT_MAX_JOBS, timeoutMs: DEFAULT_TIMEOUT_MS, advance: false }, 'createTestKit drain options', 'config')
+    const clock = clockOption instanceof TestClock ? clockOption : new TestClock(clockOption)
+
+    let path: string | null = null
+    if (real === undefined) {
+      const made = await ownSqlite(storage ?? 'memory')
+      own = made.own
+      path = made.path
+      real = made.driver as unknown as D
+    }
+    const driver = new KitDriver(real)
+    const thrown = new Map<string, unknown[]>()
+    runner = new Runner<D>({
+      workers: 1,
+      logger: silent,
+      stopTimeoutMs: 1_000,
+      retention: false,
+      ...passed,
+      driver: driver.driver,
+      clock: () => clock.now(),
+      onHandlerError: (error, job) => {
+        thrown.set(job.id, [...(thrown.get(job.id) ?? []), error])
+        theirs?.(error, job)
+      },
+    })
+    const database = (real.name === 'sqlite' ? (real as unknown as SqliteDriver).database : null) as TestKitDatabase<D>
+    const kit = new Kit<Awaited<K>, D>(runner, driver, clock, database, path, own, thrown, defaults)
     try {
       kit.kinds = (await register?.(runner)) as Awaited<K>
     } catch (err) {
@@ -246,58 +298,75 @@ export async function createTestKit<K = undefined>(options?: TestKitOptions<K>):
     return kit
   } catch (err) {
     if (runner === undefined) {
-      await driver?.close()
-      database?.close()
-      if (dir !== null) rmSync(dir, { recursive: true, force: true })
+      // No runner to close the driver: the one given, or the kit's own with its database and folder.
+      await real?.close().catch(() => undefined)
+      if (own !== undefined) {
+        own.database.close()
+        if (own.dir !== null) rmSync(own.dir, { recursive: true, force: true })
+      }
     }
     throw err
   }
 }
 
-class Kit<K> implements TestKit<K> {
-  readonly runner: Runner<SqliteDriver>
+/**
+ * The kit's own SQLite database and driver, in memory or in a temporary
+ * folder. better-sqlite3 is loaded only here: a kit on another driver
+ * needs none.
+ */
+async function ownSqlite(storage: 'memory' | 'file'): Promise<{ driver: SqliteDriver; own: Own; path: string | null }> {
+  const [{ default: Database }, { SqliteDriver }] = await Promise.all([import('better-sqlite3'), import('../sqlite/driver.js')])
+  const dir = storage === 'file' ? mkdtempSync(join(tmpdir(), 'jobtable-testkit-')) : null
+  const path = dir === null ? null : join(dir, 'jobs.db')
+  let database: InstanceType<typeof Database> | undefined
+  try {
+    database = new Database(path ?? ':memory:')
+    return { driver: new SqliteDriver({ database }), own: { database, dir }, path }
+  } catch (err) {
+    database?.close()
+    if (dir !== null) rmSync(dir, { recursive: true, force: true })
+    throw err
+  }
+}
+
+class Kit<K, D extends Driver> implements TestKit<K, D> {
+  readonly runner: Runner<D>
   kinds!: K
   readonly clock: TestClock
-  readonly database: SqliteDatabase
+  readonly database: TestKitDatabase<D>
   readonly path: string | null
-  readonly #driver: KitDriver
-  readonly #db: Database.Database
-  readonly #dir: string | null
+  readonly #driver: KitDriver<D>
+  readonly #own: Own | undefined
+  readonly #thrown: Map<string, unknown[]>
   readonly #defaults: Required<DrainOptions>
-  readonly #all: Database.Statement
-  readonly #byKind: Database.Statement
-  readonly #byId: Database.Statement
-  readonly #active: Database.Statement
-  readonly #running: Database.Statement
-  readonly #scheduled: Database.Statement
   readonly #unlisten: () => void
   readonly #pokes = new Set<() => void>()
   #poked = false
-  readonly #thrown = new Map<string, unknown[]>()
   #state: 'new' | 'starting' | 'started' | 'closed' = 'new'
   #draining = false
   /** Set once the runner has stopped: the error a drain waiting then rejects with. */
   #stoppedWith: unknown
   #closing: Promise<void> | undefined
 
-  constructor(runner: Runner<SqliteDriver>, driver: KitDriver, db: Database.Database, clock: TestClock, path: string | null, dir: string | null, defaults: Required<DrainOptions>) {
+  constructor(
+    runner: Runner<D>,
+    driver: KitDriver<D>,
+    clock: TestClock,
+    database: TestKitDatabase<D>,
+    path: string | null,
+    own: Own | undefined,
+    thrown: Map<string, unknown[]>,
+    defaults: Required<DrainOptions>,
+  ) {
     this.runner = runner
     this.clock = clock
-    this.database = db
+    this.database = database
     this.path = path
     this.#driver = driver
-    this.#db = db
-    this.#dir = dir
+    this.#own = own
+    this.#thrown = thrown
     this.#defaults = defaults
-    // The driver has migrated the database: the table exists.
-    this.#all = db.prepare(`SELECT ${COLUMNS} FROM jobtable_jobs ORDER BY seq`)
-    this.#byKind = db.prepare(`SELECT ${COLUMNS} FROM jobtable_jobs WHERE kind = ? ORDER BY seq`)
-    this.#byId = db.prepare(`SELECT ${COLUMNS} FROM jobtable_jobs WHERE id = ?`)
-    this.#active = db.prepare(`SELECT kind, status, count(*) AS n FROM jobtable_jobs WHERE status IN ('queued', 'running') GROUP BY kind, status`)
-    this.#running = db.prepare(`SELECT id, kind FROM jobtable_jobs WHERE status = 'running' ORDER BY seq`)
-    this.#scheduled = db.prepare(`SELECT kind, min(run_at) AS due FROM jobtable_jobs WHERE status = 'scheduled' GROUP BY kind`)
     driver.changed = () => this.#poke()
-    this.#watchHandlers()
     // A moved clock may make jobs due: the started runner's scheduler looks again (drain promotes them itself too).
     this.#unlisten = clock.onChange(() => {
       if (this.#state === 'started') this.runner.wake()
@@ -326,7 +395,14 @@ class Kit<K> implements TestKit<K> {
       this.#driver.closeClaims()
       this.#draining = false
     }
-    return [...started].map((id) => this.job(id))
+    if (started.size === 0) return []
+    const byId = new Map((await this.#list({})).map((j) => [j.id, j]))
+    return [...started].map((id) => {
+      const job = byId.get(id)
+      // Deleted since it started (the test turned retention on): as job(id) would.
+      if (job === undefined) throw new JobNotFoundError()
+      return job
+    })
   }
 
   async #start(): Promise<void> {
@@ -358,24 +434,30 @@ class Kit<K> implements TestKit<K> {
       // The recurring schedules' ticks the clock has reached are enqueued (and their jobs drained) before the queue counts as idle.
       await this.runner.wake()
       await this.#promoteDue()
-      const { queued, running } = this.#activity()
+      const moves = this.#driver.claimMoves
+      const { queued, running, runnable } = await this.#activity()
+      // The counts were read while claims may have been moving jobs: they say nothing is running only if no claim moved one meanwhile.
+      const quiet = this.#driver.claimsInFlight === 0 && this.#driver.claimMoves === moves
       const queuedCount = Object.values(queued).reduce((a, b) => a + b, 0)
-      if (queuedCount === 0 && running === 0 && this.#driver.claimsInFlight === 0) {
-        if (!advance) return
-        const due = this.#nextDue()
+      if (queuedCount === 0 && running === 0 && quiet) {
+        const due = await this.#nextDue(runnable)
         if (due === null) return
         if (due > this.clock.now()) {
+          if (!advance) return
           this.clock.set(due)
           continue
         }
-        // Due already, yet still scheduled (its promotion was refused for now): wait, as for any other change.
+        // Due already, yet still scheduled: its promotion was refused for now (another connection's write), or the database's
+        // clock has not reached it (see DrainTimeoutError). Wait, as for any other change.
       } else if (queuedCount > 0) {
-        if (this.#driver.budget === 0 && running === 0 && this.#driver.claimsInFlight === 0) throw new DrainLimitError(maxJobs, queued, ran)
+        if (this.#driver.budget === 0 && running === 0 && quiet) throw new DrainLimitError(maxJobs, queued, ran)
         this.runner.wake()
       }
       const left = deadline - performance.now()
       if (left <= 0 || !(await this.#change(left))) {
-        throw new DrainTimeoutError(timeoutMs, this.#running.all() as RunningJob[], this.#activity().queued)
+        const now = await this.#activity()
+        const scheduledDue = (await this.#list({ status: 'scheduled' })).filter((j) => now.runnable.has(j.kind) && j.runAt !== null && j.runAt <= this.clock.now()).length
+        throw new DrainTimeoutError(timeoutMs, await this.#runningJobs(), now.queued, scheduledDue)
       }
     }
   }
@@ -383,30 +465,47 @@ class Kit<K> implements TestKit<K> {
   /** Makes the due scheduled jobs queued; a write refused for now (the application's transaction) is tried again at the next look. */
   async #promoteDue(): Promise<void> {
     try {
-      while ((await this.#driver.jobPromoteDue({ now: this.clock.now(), limit: PROMOTE_BATCH })) === PROMOTE_BATCH);
+      while ((await this.#driver.driver.jobPromoteDue({ now: this.clock.now(), limit: PROMOTE_BATCH })) === PROMOTE_BATCH);
     } catch (err) {
       if (!(err instanceof DatabaseError && err.transient)) throw err
     }
   }
 
-  /** The queued jobs of kinds this runner handles, by kind, and how many jobs run. */
-  #activity(): { queued: Record<string, number>; running: number } {
+  /**
+   * The queued jobs a drain of this kit runs, by kind (those of kinds it
+   * has handlers for and that are not paused: the kinds it may claim),
+   * how many jobs run, and those kinds.
+   */
+  async #activity(): Promise<{ queued: Record<string, number>; running: number; runnable: ReadonlySet<string> }> {
+    const [counts, paused] = await Promise.all([this.runner.counts(), this.runner.paused()])
+    const pausedKinds = new Set(paused.map((p) => p.kind))
+    const runnable = new Set(
+      this.runner
+        .kinds()
+        .filter((k) => k.handled && !pausedKinds.has(k.name))
+        .map((k) => k.name),
+    )
     const queued: Record<string, number> = {}
     let running = 0
-    for (const { kind, status, n } of this.#active.all() as { kind: string; status: string; n: number }[]) {
-      if (status === 'running') running += n
-      else if (this.runner.kind(kind)?.handled === true) queued[kind] = n
+    for (const { kind, status, count } of counts) {
+      if (status === 'running') running += count
+      else if (status === 'queued' && runnable.has(kind)) queued[kind] = count
     }
-    return { queued, running }
+    return { queued, running, runnable }
   }
 
-  /** The earliest due time of a scheduled job of a kind this runner handles, or null. */
-  #nextDue(): number | null {
+  /** The earliest due time of a scheduled job of a kind in `kinds`, or null. */
+  async #nextDue(kinds: ReadonlySet<string>): Promise<number | null> {
     let next: number | null = null
-    for (const { kind, due } of this.#scheduled.all() as { kind: string; due: number }[]) {
-      if (this.runner.kind(kind)?.handled === true && (next === null || due < next)) next = due
+    for (const { kind, runAt } of await this.#list({ status: 'scheduled' })) {
+      if (kinds.has(kind) && runAt !== null && (next === null || runAt < next)) next = runAt
     }
     return next
+  }
+
+  /** The running jobs, in insertion order. */
+  async #runningJobs(): Promise<RunningJob[]> {
+    return (await this.#list({ status: 'running' })).map(({ id, kind }) => ({ id, kind }))
   }
 
   /** Resolves true at the next write the driver reports (or the fallback look), false once `ms` have passed. */
@@ -439,34 +538,22 @@ class Kit<K> implements TestKit<K> {
     })
   }
 
-  /**
-   * Makes the runner's `register` hand each handler over wrapped, so that
-   * what it throws is kept for `thrown(id)` before the runner turns it
-   * into a code. The runner sees the same outcome: the error is thrown on.
-   */
-  #watchHandlers(): void {
-    const register = this.runner.register.bind(this.runner) as (kind: unknown, second?: unknown) => unknown
-    const watch = (handler: (payload: unknown, ctx: { id: string }) => unknown) => (payload: unknown, ctx: { id: string }) => {
-      const keep = (err: unknown) => {
-        if (!(err instanceof JobFailure) && !(err instanceof JobSnooze)) this.#thrown.set(ctx.id, [...(this.#thrown.get(ctx.id) ?? []), err])
-        throw err
-      }
-      let result: unknown
-      try {
-        result = handler(payload, ctx)
-      } catch (err) {
-        return keep(err)
-      }
-      // A synchronous handler stays synchronous: the runner awaits only what is a promise.
-      return isThenable(result) ? Promise.resolve(result).catch(keep) : result
-    }
-    const watched = (kind: unknown, second?: unknown): unknown => {
-      if (typeof second === 'function') return register(kind, watch(second as never))
-      const handler: unknown = second !== null && typeof second === 'object' ? (second as { handler?: unknown }).handler : undefined
-      if (typeof kind === 'string' && typeof handler === 'function') return register(kind, { ...(second as object), handler: watch(handler as never) })
-      return register(kind, second)
-    }
-    Object.defineProperty(this.runner, 'register', { value: watched, configurable: true, writable: true })
+  /** Every job the filter names, read through the runner page by page, in insertion order, with what the kit knows of its payload and scope. */
+  async #list(filter: Pick<ListOptions, 'kind' | 'status' | 'scope'>): Promise<TestJob[]> {
+    const jobs: Job[] = []
+    let cursor: string | undefined
+    do {
+      const page = await this.runner.list({ ...filter, limit: PAGE, ...(cursor === undefined ? {} : { cursor }) })
+      jobs.push(...page.jobs)
+      cursor = page.nextCursor ?? undefined
+    } while (cursor !== undefined)
+    // runner.list reads newest first.
+    return jobs.reverse().map((j) => this.#testJob(j))
+  }
+
+  #testJob(job: Job): TestJob {
+    const stored = this.#driver.stored.get(job.id)
+    return { ...job, payload: stored === undefined ? undefined : (JSON.parse(stored.payload) as JsonValue), scope: stored?.scope }
   }
 
   thrown(id: string): unknown[] {
@@ -474,33 +561,32 @@ class Kit<K> implements TestKit<K> {
     return [...(this.#thrown.get(id) ?? [])]
   }
 
-  job(id: string): TestJob {
+  async job(id: string): Promise<TestJob> {
     if (typeof id !== 'string') throw new InvalidArgumentError('job: id must be a string')
-    const row = this.#byId.get(id) as Row | undefined
-    if (row === undefined) throw new JobNotFoundError()
-    return toTestJob(row)
+    return this.#testJob(await this.runner.get(id))
   }
 
-  jobs(filter?: JobsFilter): TestJob[] {
+  async jobs(filter?: JobsFilter): Promise<TestJob[]> {
     const { kind, status, scope } = optionsObject(filter, JOBS_KEYS, 'jobs', 'argument')
     const statuses = statusesOf(status, 'jobs')
-    const rows = (kind === undefined ? this.#all.all() : this.#byKind.all(kindName(kind, 'jobs'))) as Row[]
-    return rows.filter((r) => (statuses === undefined || statuses.includes(r.status)) && (scope === undefined || r.scope === scope)).map(toTestJob)
+    if (scope !== undefined && scope !== null && typeof scope !== 'string') throw new InvalidArgumentError('jobs: scope must be a string or null')
+    const jobs = await this.#list({ ...(kind === undefined ? {} : { kind: kindName(kind, 'jobs') }), ...(scope === undefined ? {} : { scope }) })
+    return jobs.filter((j) => statuses === undefined || statuses.includes(j.status))
   }
 
-  enqueued<R extends KindRef>(kind: R, payload?: PayloadMatch<PayloadOf<R>>, options?: EnqueuedOptions): TestJob[] {
-    return this.#search('enqueued', kind, payload, optionsObject(options, ENQUEUED_KEYS, 'enqueued', 'argument')).found
+  async enqueued<R extends KindRef>(kind: R, payload?: PayloadMatch<PayloadOf<R>>, options?: EnqueuedOptions): Promise<TestJob[]> {
+    return (await this.#search('enqueued', kind, payload, optionsObject(options, ENQUEUED_KEYS, 'enqueued', 'argument'))).found
   }
 
-  assertEnqueued<R extends KindRef>(kind: R, payload?: PayloadMatch<PayloadOf<R>>, options?: AssertEnqueuedOptions): TestJob {
+  async assertEnqueued<R extends KindRef>(kind: R, payload?: PayloadMatch<PayloadOf<R>>, options?: AssertEnqueuedOptions): Promise<TestJob> {
     const { count, ...rest } = optionsObject(options, ASSERT_KEYS, 'assertEnqueued', 'argument')
     if (count !== undefined && !(Number.isSafeInteger(count) && count >= 1)) throw new InvalidArgumentError('assertEnqueued: count must be an integer >= 1 (assertNotEnqueued asserts none)')
-    const search = this.#search('assertEnqueued', kind, payload, rest)
+    const search = await this.#search('assertEnqueued', kind, payload, rest)
     if (search.found.length > 0 && (count === undefined || search.found.length === count)) return search.found[0]!
     const wanted = `${count === undefined ? 'a job' : `exactly ${count} job${count === 1 ? '' : 's'}`} ${search.wanted}`
     let message: string
     if (search.ofKind.length === 0) {
-      const kinds = countBy(this.jobs().map((j) => j.kind))
+      const kinds = countBy((await this.#list({})).map((j) => j.kind))
       message = `expected ${wanted} to have been enqueued, but no job of kind ${JSON.stringify(search.name)} was; ${kinds === '' ? 'no job was enqueued at all' : `jobs enqueued: ${kinds}`}`
     } else if (search.found.length === 0) {
       message = `expected ${wanted} to have been enqueued, but none of the ${plural(search.ofKind.length, 'job')} of that kind matches:\n${listing(search.ofKind)}`
@@ -510,15 +596,15 @@ class Kit<K> implements TestKit<K> {
     throw new AssertionError({ message, operator: 'assertEnqueued' })
   }
 
-  assertNotEnqueued<R extends KindRef>(kind: R, payload?: PayloadMatch<PayloadOf<R>>, options?: EnqueuedOptions): void {
-    const search = this.#search('assertNotEnqueued', kind, payload, optionsObject(options, ENQUEUED_KEYS, 'assertNotEnqueued', 'argument'))
+  async assertNotEnqueued<R extends KindRef>(kind: R, payload?: PayloadMatch<PayloadOf<R>>, options?: EnqueuedOptions): Promise<void> {
+    const search = await this.#search('assertNotEnqueued', kind, payload, optionsObject(options, ENQUEUED_KEYS, 'assertNotEnqueued', 'argument'))
     if (search.found.length === 0) return
     const message = `expected no job ${search.wanted} to have been enqueued, but ${plural(search.found.length, 'job')} match:\n${listing(search.found)}`
     throw new AssertionError({ message, operator: 'assertNotEnqueued' })
   }
 
   /** The jobs of a kind, those of them that match, and the words for what was looked for. */
-  #search(where: string, kind: KindRef, payload: unknown, options: EnqueuedOptions): { name: string; ofKind: TestJob[]; found: TestJob[]; wanted: string } {
+  async #search(where: string, kind: KindRef, payload: unknown, options: EnqueuedOptions): Promise<{ name: string; ofKind: TestJob[]; found: TestJob[]; wanted: string }> {
     const name = kindName(kind, where)
     const expected = payload === undefined ? undefined : jsonOf(payload, where)
     const statuses = statusesOf(options.status, where)
@@ -527,14 +613,14 @@ class Kit<K> implements TestKit<K> {
     if (priority !== undefined && !Number.isSafeInteger(priority)) throw new InvalidArgumentError(`${where}: priority must be an integer`)
     const runAt = options.runAt === undefined || options.runAt === null ? options.runAt : options.runAt instanceof Date ? options.runAt.getTime() : options.runAt
     if (runAt !== undefined && runAt !== null && !Number.isFinite(runAt)) throw new InvalidArgumentError(`${where}: runAt must be a valid Date, epoch milliseconds or null`)
-    const ofKind = (this.#byKind.all(name) as Row[]).map(toTestJob)
+    const ofKind = await this.#list({ kind: name })
     const found = ofKind.filter(
       (j) =>
         (statuses === undefined || statuses.includes(j.status)) &&
         (scope === undefined || j.scope === scope) &&
         (priority === undefined || j.priority === priority) &&
         (runAt === undefined || j.runAt === runAt) &&
-        (expected === undefined || matches(j.payload, expected)),
+        (expected === undefined || (j.payload !== undefined && matches(j.payload, expected))),
     )
     const also: string[] = []
     if (statuses !== undefined) also.push(`status ${statuses.join(' or ')}`)
@@ -557,10 +643,13 @@ class Kit<K> implements TestKit<K> {
     this.#state = 'closed'
     this.#unlisten()
     try {
+      // Stops the runner and closes the driver.
       await this.runner.close()
     } finally {
-      this.#db.close()
-      if (this.#dir !== null) rmSync(this.#dir, { recursive: true, force: true })
+      if (this.#own !== undefined) {
+        this.#own.database.close()
+        if (this.#own.dir !== null) rmSync(this.#own.dir, { recursive: true, force: true })
+      }
     }
   }
 
@@ -593,15 +682,11 @@ function statusesOf(status: JobStatus | readonly JobStatus[] | undefined, where:
   return list
 }
 
-function toTestJob(row: Row): TestJob {
-  return { ...toJob(row), payload: JSON.parse(row.payload) as JsonValue, scope: row.scope }
-}
-
 /** One line per job, at most LISTED of them: the user's own test data, shown to the test that made it. */
 function listing(jobs: readonly TestJob[]): string {
   const lines = jobs.slice(0, LISTED).map((j) => {
-    const extra = [j.scope === null ? '' : ` scope ${JSON.stringify(j.scope)}`, j.priority === 0 ? '' : ` priority ${j.priority}`, j.runAt === null ? '' : ` runAt ${new Date(j.runAt).toISOString()}`].join('')
-    return `  - ${j.status} ${j.id}${extra}: ${JSON.stringify(j.payload)}`
+    const extra = [j.scope === null || j.scope === undefined ? '' : ` scope ${JSON.stringify(j.scope)}`, j.priority === 0 ? '' : ` priority ${j.priority}`, j.runAt === null ? '' : ` runAt ${new Date(j.runAt).toISOString()}`].join('')
+    return `  - ${j.status} ${j.id}${extra}: ${j.payload === undefined ? '(payload unknown: stored through another connection)' : JSON.stringify(j.payload)}`
   })
   if (jobs.length > LISTED) lines.push(`  (and ${jobs.length - LISTED} more)`)
   return lines.join('\n')

@@ -1,6 +1,7 @@
 /**
  * jobtable/testing's drain, at its edges: what it runs and what it leaves,
- * its bounds, and that nothing runs outside it.
+ * its bounds, and that nothing runs outside it. Each test runs on the
+ * kit's own SQLite database and on PostgreSQL (a driver handed in).
  */
 import { existsSync } from 'node:fs'
 import { dirname } from 'node:path'
@@ -9,23 +10,15 @@ import { z } from 'zod'
 import { defineKind, Runner, RunnerStateError, type Driver } from 'jobtable'
 import { sqlite } from 'jobtable/sqlite'
 import { createTestClock, createTestKit, DrainLimitError, DrainTimeoutError, type TestKit } from 'jobtable/testing'
+import { postgresBackend, postgresSkipReason, type Store } from '../support/backends.js'
 import { captureLogs } from '../support/logs.js'
 import { aborted } from '../support/wait.js'
+import { describeKits } from './kits.js'
 
 const n = z.strictObject({ n: z.number().int() })
 const HOUR = 3_600_000
-const T0 = Date.UTC(2030, 0, 1)
-
-/** Kits closed after each test, whatever it did. */
-const open: TestKit<unknown>[] = []
-afterEach(async () => {
-  for (const kit of open.splice(0)) await kit.close()
-})
-async function kit<K>(options: Parameters<typeof createTestKit<K>>[0]): Promise<TestKit<Awaited<K>>> {
-  const made = await createTestKit(options)
-  open.push(made as TestKit<unknown>)
-  return made
-}
+/** In the past: PostgreSQL makes a job due on the earlier of the runner's clock and its own, so a test's clock must stay behind the real time. */
+const T0 = Date.UTC(2020, 0, 1)
 
 /** A kind `echo` whose handler records each start's n. */
 function echo(runner: Runner<Driver>, starts: number[]) {
@@ -39,7 +32,7 @@ function echo(runner: Runner<Driver>, starts: number[]) {
   })
 }
 
-describe('testing: drain', () => {
+describeKits('testing: drain', ({ kit }) => {
   it('outside a drain no job starts, however often the runner is woken; the next drain runs it', async () => {
     const starts: number[] = []
     const k = await kit({ register: (runner) => echo(runner, starts) })
@@ -53,7 +46,7 @@ describe('testing: drain', () => {
       await k.runner.get(id) // a turn of the event loop for the runner to claim in, were it allowed
     }
     expect(starts).toEqual([1])
-    expect(k.job(id).status).toBe('queued')
+    expect((await k.job(id)).status).toBe('queued')
 
     expect((await k.drain()).map((j) => j.id)).toEqual([id])
     expect(starts).toEqual([1, 2])
@@ -76,7 +69,7 @@ describe('testing: drain', () => {
     await k.kinds.enqueue({ n: 0 })
     const ran = await k.drain()
     expect(ran.map((j) => [j.payload, j.status, j.result])).toEqual([0, 1, 2, 3, 4].map((i) => [{ n: i }, 'succeeded', i * 10]))
-    expect(k.jobs({ status: ['queued', 'running', 'scheduled'] })).toEqual([])
+    expect(await k.jobs({ status: ['queued', 'running', 'scheduled'] })).toEqual([])
   })
 
   it('returns only the jobs this drain started; an empty queue drains to []', async () => {
@@ -106,7 +99,7 @@ describe('testing: drain', () => {
     expect(await k.drain()).toEqual([])
     k.clock.set(new Date(T0 + HOUR - 1))
     expect(await k.drain()).toEqual([])
-    expect(k.job(id).status).toBe('scheduled')
+    expect((await k.job(id)).status).toBe('scheduled')
     k.clock.advance(1)
     expect((await k.drain()).map((j) => [j.id, j.status])).toEqual([[id, 'succeeded']])
     expect(starts).toEqual([1])
@@ -130,7 +123,7 @@ describe('testing: drain', () => {
     expect(starts).toEqual([1, 2])
     expect(ran.map((j) => j.payload)).toEqual([{ n: 1 }, { n: 2 }])
     expect(k.clock.now()).toBe(T0 + 2 * HOUR)
-    expect(k.job(other).status).toBe('scheduled')
+    expect((await k.job(other)).status).toBe('scheduled')
   })
 
   it('a snoozed job waits for its delay on the clock; advance runs it again', async () => {
@@ -153,7 +146,39 @@ describe('testing: drain', () => {
     const k = await kit({ register: (runner) => runner.register(defineKind('elsewhere', { payload: n })) })
     const id = await k.kinds.enqueue({ n: 1 })
     expect(await k.drain()).toEqual([])
-    expect(k.job(id).status).toBe('queued')
+    expect((await k.job(id)).status).toBe('queued')
+  })
+
+  it('queued jobs of a paused kind do not keep the drain from ending: they stay queued, and run once it is resumed', async () => {
+    const starts: number[] = []
+    const k = await kit({
+      register: (runner) => ({ echo: echo(runner, starts), other: runner.register('other', { payload: n, handler: () => undefined }) }),
+    })
+    const paused = await k.kinds.echo.enqueue({ n: 1 })
+    const other = await k.kinds.other.enqueue({ n: 2 })
+    expect(await k.runner.pause('echo')).toBe(true)
+
+    // Only the kind that is not paused runs; the drain ends with the paused kind's job still queued.
+    expect((await k.drain()).map((j) => j.id)).toEqual([other])
+    expect(starts).toEqual([])
+    expect((await k.job(paused)).status).toBe('queued')
+
+    expect(await k.runner.resume('echo')).toBe(true)
+    expect((await k.drain()).map((j) => [j.id, j.status])).toEqual([[paused, 'succeeded']])
+    expect(starts).toEqual([1])
+  })
+
+  it('advance: the scheduled jobs of a paused kind do not move the clock', async () => {
+    const starts: number[] = []
+    const k = await kit({ clock: T0, register: (runner) => echo(runner, starts) })
+    const id = await k.kinds.enqueue({ n: 1 }, { runAt: T0 + HOUR })
+    await k.runner.pause('echo')
+    expect(await k.drain({ advance: true })).toEqual([])
+    expect(k.clock.now()).toBe(T0)
+    expect((await k.job(id)).status).toBe('scheduled')
+    await k.runner.resume('echo')
+    expect((await k.drain({ advance: true })).map((j) => j.id)).toEqual([id])
+    expect(k.clock.now()).toBe(T0 + HOUR)
   })
 
   it('a job that enqueues itself each time: DrainLimitError after exactly maxJobs starts, naming the kind, and nothing more starts', async () => {
@@ -186,7 +211,7 @@ describe('testing: drain', () => {
       await k.runner.list({ limit: 1 })
     }
     expect(starts).toBe(10)
-    expect(k.jobs({ status: 'queued' })).toHaveLength(5)
+    expect(await k.jobs({ status: 'queued' })).toHaveLength(5)
   })
 
   it('a handler that never returns: DrainTimeoutError names the running job, and close() aborts its signal', async () => {
@@ -205,6 +230,7 @@ describe('testing: drain', () => {
     const error = await k.drain({ timeoutMs: 100 }).catch((e: unknown) => e)
     expect(error).toBeInstanceOf(DrainTimeoutError)
     expect((error as DrainTimeoutError).running).toEqual([{ id, kind: 'stuck' }])
+    expect((error as DrainTimeoutError).scheduledDue).toBe(0)
     expect((error as Error).message).toContain(`running stuck ${id}`)
     expect(signal?.aborted).toBe(false)
     await k.close()
@@ -247,7 +273,7 @@ describe('testing: drain', () => {
     expect(await k.runner.cancel(id)).toBe('cancelled')
     expect(await k.drain()).toEqual([])
     expect(starts).toEqual([])
-    expect(k.job(id).status).toBe('cancelled')
+    expect((await k.job(id)).status).toBe('cancelled')
   })
 
   it("a kind's timeoutMs counts real time: a handler past it fails as timeout", async () => {
@@ -266,8 +292,42 @@ describe('testing: drain', () => {
     expect(await k.drain()).toMatchObject([{ id, status: 'failed', error: 'timeout' }])
   })
 
+  it('retention is off unless the test turns it on: a drained job stays readable however far the clock moves', async () => {
+    const k = await kit({ clock: T0, register: (runner) => echo(runner, []) })
+    const id = await k.kinds.enqueue({ n: 1 })
+    await k.drain()
+    k.clock.advance(365 * 24 * HOUR)
+    await k.drain()
+    expect((await k.job(id)).status).toBe('succeeded')
+    await expect(k.runner.prune()).rejects.toThrow(/retention: false/)
+    const on = await kit({ clock: T0, runner: { retention: { maxAgeMs: HOUR } }, register: (runner) => echo(runner, []) })
+    await on.kinds.enqueue({ n: 1 })
+    await on.drain()
+    on.clock.advance(HOUR + 1)
+    expect(await on.runner.prune()).toBe(1)
+    expect(await on.jobs()).toEqual([])
+  })
+
+  it('two kits may share one clock: moving it makes jobs due in both', async () => {
+    const clock = createTestClock(T0)
+    const [a, b] = [await kit({ clock, register: (r) => echo(r, []) }), await kit({ clock, register: (r) => echo(r, []) })]
+    await a.kinds.enqueue({ n: 1 }, { delayMs: 1_000 })
+    await b.kinds.enqueue({ n: 2 }, { delayMs: 1_000 })
+    clock.advance(1_000)
+    expect((await a.drain()).map((j) => j.payload)).toEqual([{ n: 1 }])
+    expect((await b.drain()).map((j) => j.payload)).toEqual([{ n: 2 }])
+  })
+})
+
+describe('testing: drain on the kit\'s own SQLite file', () => {
+  const open: TestKit<unknown>[] = []
+  afterEach(async () => {
+    for (const k of open.splice(0)) await k.close()
+  })
+
   it("storage 'file': the jobs are in a real file another runner can read, and close removes its folder", async () => {
-    const k = await kit({ storage: 'file', register: (runner) => echo(runner, []) })
+    const k = await createTestKit({ storage: 'file', register: (runner) => echo(runner, []) })
+    open.push(k as TestKit<unknown>)
     const id = await k.kinds.enqueue({ n: 3 })
     await k.drain()
     expect(k.path).not.toBeNull()
@@ -280,30 +340,44 @@ describe('testing: drain', () => {
     await k.close()
     expect(existsSync(dirname(k.path!))).toBe(false)
   })
+  it('a job another runner stored on the file is read with its status, and its payload and scope unknown; the drain runs it', async () => {
+    const k = await createTestKit({ storage: 'file', register: (runner) => echo(runner, []) })
+    open.push(k as TestKit<unknown>)
+    const writer = new Runner({ driver: sqlite({ path: k.path! }), logger: captureLogs() })
+    let id: string
+    try {
+      writer.register(defineKind('echo', { payload: n }))
+      id = await writer.enqueue('echo', { n: 5 }, { scope: 's' })
+    } finally {
+      await writer.close()
+    }
+    expect(await k.job(id)).toMatchObject({ id, status: 'queued', payload: undefined, scope: undefined })
+    await k.assertNotEnqueued('echo', { n: 5 })
+    const message = await k.assertEnqueued('echo', { n: 5 }).catch((e: unknown) => (e as Error).message)
+    expect(message).toContain(`  - queued ${id}: (payload unknown: stored through another connection)`)
+    expect(await k.drain()).toMatchObject([{ id, status: 'succeeded', result: 5 }])
+  })
+})
 
-  it('retention is off unless the test turns it on: a drained job stays readable however far the clock moves', async () => {
-    const k = await kit({ clock: T0, register: (runner) => echo(runner, []) })
-    const id = await k.kinds.enqueue({ n: 1 })
-    await k.drain()
-    k.clock.advance(365 * 24 * HOUR)
-    await k.drain()
-    expect(k.job(id).status).toBe('succeeded')
-    await expect(k.runner.prune()).rejects.toThrow(/retention: false/)
-    const on = await kit({ clock: T0, runner: { retention: { maxAgeMs: HOUR } }, register: (runner) => echo(runner, []) })
-    await on.kinds.enqueue({ n: 1 })
-    await on.drain()
-    on.clock.advance(HOUR + 1)
-    expect(await on.runner.prune()).toBe(1)
-    expect(on.jobs()).toEqual([])
+describe.skipIf(postgresSkipReason !== undefined)('testing: drain on PostgreSQL, with a clock ahead of the database', () => {
+  let store: Store | undefined
+  afterEach(async () => {
+    await store?.drop()
+    store = undefined
   })
 
-  it('two kits may share one clock: moving it makes jobs due in both', async () => {
-    const clock = createTestClock(T0)
-    const [a, b] = [await kit({ clock, register: (r) => echo(r, []) }), await kit({ clock, register: (r) => echo(r, []) })]
-    await a.kinds.enqueue({ n: 1 }, { delayMs: 1_000 })
-    await b.kinds.enqueue({ n: 2 }, { delayMs: 1_000 })
-    clock.advance(1_000)
-    expect((await a.drain()).map((j) => j.payload)).toEqual([{ n: 1 }])
-    expect((await b.drain()).map((j) => j.payload)).toEqual([{ n: 2 }])
+  it("a job due by the kit's clock that the database does not make due: the drain waits for it and says why, rather than leaving it scheduled", async () => {
+    store = await postgresBackend().store()
+    // A clock an hour ahead of the real time: the database compares due times with its own, earlier, clock.
+    const ahead = Date.now() + HOUR
+    await using k = await createTestKit({ driver: store.driver(), clock: ahead, register: (runner) => echo(runner, []) })
+    const id = await k.kinds.enqueue({ n: 1 }, { delayMs: 1_000 })
+    k.clock.advance(1_000)
+    const error = await k.drain({ timeoutMs: 200 }).catch((e: unknown) => e)
+    expect(error).toBeInstanceOf(DrainTimeoutError)
+    expect((error as DrainTimeoutError).scheduledDue).toBe(1)
+    expect((error as Error).message).toContain("1 scheduled job is due by the kit's clock, yet the database has not made it due")
+    expect((error as Error).message).toContain("start the kit's clock in the past")
+    expect((await k.job(id)).status).toBe('scheduled')
   })
 })

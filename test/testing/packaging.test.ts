@@ -36,13 +36,22 @@ export async function check(): Promise<TestJob[]> {
     register: (runner) => runner.register('hello', { payload: z.strictObject({ name: z.string() }), handler: ({ name }) => name }),
   })
   try {
-    kit.assertNotEnqueued('hello')
+    await kit.assertNotEnqueued('hello')
     return await kit.drain({ maxJobs: 10 })
   } finally {
     await kit.close()
   }
 }
 export const pieces = [DrainLimitError] as const
+`
+
+/** Loads jobtable/testing and says which optional database modules that loaded. */
+const LOADS_MJS = `
+import { createRequire } from 'node:module'
+const require = createRequire(import.meta.url)
+const testing = await import('jobtable/testing')
+const loaded = Object.keys(require.cache)
+console.log(JSON.stringify([typeof testing.createTestKit, loaded.some((k) => k.includes('/better-sqlite3/')), loaded.some((k) => k.includes('/pg/'))]))
 `
 
 const MAIN_MJS = `
@@ -53,7 +62,7 @@ const kit = await createTestKit({
 })
 try {
   const id = await kit.kinds.enqueue({ name: 'ada' })
-  kit.assertEnqueued('hello', { name: 'ada' })
+  await kit.assertEnqueued('hello', { name: 'ada' })
   const [job] = await kit.drain()
   console.log(JSON.stringify([job.id === id, job.status, job.result]))
 } finally {
@@ -87,6 +96,7 @@ describe('jobtable/testing as installed by a user', () => {
     )
     writeFileSync(join(dir, 'consumer.ts'), CONSUMER_TS)
     writeFileSync(join(dir, 'main.mjs'), MAIN_MJS)
+    writeFileSync(join(dir, 'loads.mjs'), LOADS_MJS)
     // A build of the whole package: a bound for a loaded machine, not a measure.
   }, 120_000)
   afterAll(() => {
@@ -100,6 +110,13 @@ describe('jobtable/testing as installed by a user', () => {
     expect(tsc.code).toBe(0)
     // A whole tsc run with no skipLibCheck: a bound for a loaded machine, not a measure.
   }, 120_000)
+
+  it('loads neither better-sqlite3 nor pg until a kit needs one (pg is not even installed here)', async () => {
+    expect(built.code, built.output).toBe(0)
+    const node = await exec(['loads.mjs'], join(root, 'consumer'))
+    expect(node.output).toBe('["function",false,false]\n')
+    expect(node.code).toBe(0)
+  })
 
   it('imports from the built package and drains a job on better-sqlite3', async () => {
     expect(built.code, built.output).toBe(0)
