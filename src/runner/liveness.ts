@@ -1,4 +1,5 @@
-import type { Driver } from '../driver.js'
+import { performance } from 'node:perf_hooks'
+import type { DriverBase, DriverPresence } from '../driver.js'
 import type { Logger } from '../logger.js'
 import { Backoff, errorCode, isTransient, sleep } from './backoff.js'
 import { publishDatabaseError } from './channels.js'
@@ -19,7 +20,7 @@ const START_ATTEMPTS = 6
  * are lost to it, and its writes to them are refused by the claim fence.
  */
 export class Liveness {
-  readonly #driver: Driver
+  readonly #driver: DriverBase & DriverPresence
   readonly #runnerId: string
   readonly #kinds: readonly string[]
   readonly #logger: Logger
@@ -27,8 +28,12 @@ export class Liveness {
   #timer: NodeJS.Timeout | undefined
   /** The heartbeat in flight, if any: the next tick is skipped while it is set, and stop() waits for it. */
   #beat: Promise<void> | undefined
+  /** When (performance.now()) the lease was last taken or renewed; -Infinity when it is known lost. */
+  #renewedAt = -Infinity
+  /** Told when the lease is held again after it was not fresh, so claims waiting for it go on. */
+  onRenewed: () => void = () => undefined
 
-  constructor(driver: Driver, runnerId: string, kinds: readonly string[], logger: Logger, clock: () => number) {
+  constructor(driver: DriverBase & DriverPresence, runnerId: string, kinds: readonly string[], logger: Logger, clock: () => number) {
     this.#driver = driver
     this.#runnerId = runnerId
     this.#kinds = kinds
@@ -62,8 +67,28 @@ export class Liveness {
     }
   }
 
-  #register(): Promise<void> {
-    return this.#driver.runnerRegister({ runnerId: this.#runnerId, kinds: this.#kinds, now: this.#clock() })
+  /**
+   * Whether the runner may claim: its lease was renewed within two
+   * heartbeats (a lease lasts three), so no other runner's sweep can have
+   * taken it for gone. Always true for a driver without a heartbeat. A
+   * runner whose heartbeats failed, or whose process was stalled, claims
+   * nothing until a heartbeat lands again: a job it claimed then would be
+   * swept as a gone runner's while its handler runs.
+   */
+  get fresh(): boolean {
+    const { heartbeatMs } = this.#driver.capabilities.liveness
+    return heartbeatMs === null || performance.now() - this.#renewedAt < 2 * heartbeatMs
+  }
+
+  async #register(): Promise<void> {
+    await this.#driver.runnerRegister({ runnerId: this.#runnerId, kinds: this.#kinds, now: this.#clock() })
+    this.#renewed()
+  }
+
+  #renewed(): void {
+    const wasFresh = this.fresh
+    this.#renewedAt = performance.now()
+    if (!wasFresh) this.onRenewed()
   }
 
   #heartbeat(): Promise<void> {
@@ -73,8 +98,16 @@ export class Liveness {
 
   async #renew(): Promise<void> {
     try {
+      const sent = performance.now()
       const held = await this.#driver.runnerHeartbeat({ runnerId: this.#runnerId, now: this.#clock() })
-      if (held) return
+      if (held) {
+        // Renewed as of when it was sent: the lease runs from the database's reading, taken then or after.
+        const wasFresh = this.fresh
+        this.#renewedAt = Math.max(this.#renewedAt, sent)
+        if (!wasFresh && this.fresh) this.onRenewed()
+        return
+      }
+      this.#renewedAt = -Infinity
       this.#logger.warn({}, 'runner lease was lost; its running jobs may have been failed as interrupted; registering again')
       await this.#register()
     } catch (err) {

@@ -445,7 +445,9 @@ export class Runner<D extends Driver = Driver> {
       onHandlerError: this.#onHandlerError,
       // A claim that waited longer than a heartbeat for its start may have outlived the runner's lease: its run checks the job is still its own first.
       confirmAfterMs: this.#driver.capabilities.liveness.heartbeatMs,
+      mayClaim: () => liveness.fresh,
     })
+    liveness.onRenewed = () => this.#producer?.wake()
     maintenance.start()
     this.#unwake = this.#driver.onWake?.((what) => {
       // A published result concerns event streams, not the workers.

@@ -32,6 +32,8 @@ export interface WorkerPoolOptions {
    * other runner can take a live runner's claim.
    */
   readonly confirmAfterMs: number | null
+  /** Whether the runner's lease is fresh enough to claim (see Liveness.fresh); claims wait for wake() while it is not. */
+  readonly mayClaim: () => boolean
 }
 
 /**
@@ -63,6 +65,7 @@ export class WorkerPool implements Piggyback {
   readonly #logger: Logger
   readonly #clock: () => number
   readonly #onFatal: (err: unknown) => void
+  readonly #mayClaim: () => boolean
   readonly #stopping = new AbortController()
   readonly #completer: Completer
   /** What every run shares. */
@@ -97,6 +100,7 @@ export class WorkerPool implements Piggyback {
     this.#logger = options.logger
     this.#clock = options.clock
     this.#onFatal = options.onFatal
+    this.#mayClaim = options.mayClaim
     this.#idle = options.workers
     this.#completer = new Completer(options.driver, options.runnerId, options.logger, options.clock, this.#stopping.signal, this)
     this.#services = {
@@ -188,7 +192,7 @@ export class WorkerPool implements Piggyback {
   // Piggyback: the claim a batch of final writes carries.
 
   request(finishing: number): ClaimParams | undefined {
-    if (this.#stopping.signal.aborted || !this.#gate.tryEnter()) return undefined
+    if (this.#stopping.signal.aborted || !this.#mayClaim() || !this.#gate.tryEnter()) return undefined
     const idle = Math.max(0, this.#idle - this.#prefetched.length - this.#loopClaimFor)
     // This claim looks for work for every idle worker: the wakes so far are answered.
     if (idle > 0) this.#kicked = false
@@ -245,7 +249,7 @@ export class WorkerPool implements Piggyback {
         for (const job of this.#prefetched.splice(0, this.#idle)) this.#start(job)
         continue
       }
-      if (!this.#kicked || this.#idle === 0) {
+      if (!this.#kicked || this.#idle === 0 || !this.#mayClaim()) {
         await new Promise<void>((resolve) => (this.#kick = resolve))
         this.#kick = undefined
         continue

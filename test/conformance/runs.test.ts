@@ -282,4 +282,55 @@ describe.skipIf(postgresBackend().skip !== undefined)('postgres: a stale claim',
     await until(worker, id, (j) => j.status === 'succeeded')
     expect(starts).toEqual([2])
   })
+
+  /**
+   * A runner whose heartbeats fail past its lease is swept as gone; a job
+   * it claimed then would be failed as interrupted while its handler runs.
+   * It claims nothing until a heartbeat lands again.
+   */
+  it('a runner whose lease went stale claims nothing until a heartbeat lands: its job runs once, after, and succeeds', async () => {
+    const real = h.store.driver()
+    let stalled = false
+    const driver = new Proxy(real, {
+      get(target, prop, receiver) {
+        const value = Reflect.get(target, prop, receiver) as unknown
+        if (prop === 'runnerHeartbeat' && stalled) return async () => Promise.reject(Object.assign(new Error('stalled'), { code: 'ECONNRESET' }))
+        return typeof value === 'function' ? value.bind(target) : value
+      },
+    }) as Driver
+    const startedWhileStalled: boolean[] = []
+    const logs = captureLogs()
+    const worker = h.runner({ driver, workers: 1, logger: logs })
+    const sweeperDriver = h.store.driver({ sweepIntervalMs: 20 }) as Driver & { schema: string }
+    let sweeps = 0
+    const counted = new Proxy(sweeperDriver, {
+      get(target, prop, receiver) {
+        const value = Reflect.get(target, prop, receiver) as unknown
+        if (prop === 'jobFailInterrupted') return async (params: Parameters<Driver["jobFailInterrupted"]>[0]) => {
+          const swept = await target.jobFailInterrupted(params)
+          sweeps++
+          return swept
+        }
+        return typeof value === 'function' ? value.bind(target) : value
+      },
+    }) as Driver
+    const sweeper = h.runner({ driver: counted, workers: 1 })
+    const kind = worker.register('lease.job', { payload, handler: async () => void startedWhileStalled.push(stalled) })
+    sweeper.register('other.kind', { payload, handler: async () => undefined })
+    await worker.start()
+    await sweeper.start()
+    stalled = true
+    // The sweep has taken the worker for gone: its registration is deleted.
+    const registered = async () => (await h.store.sql!(`SELECT 1 FROM "${sweeperDriver.schema}".runners WHERE id = $1`, [worker.id])).length > 0
+    while (await registered()) await new Promise((r) => setTimeout(r, 10))
+    const id = await kind.enqueue({ n: 1 })
+    // Two sweeps after the enqueue (and its notification to the worker): a job the worker had claimed would be failed by now.
+    const after = sweeps
+    while (sweeps < after + 2) await new Promise((r) => setTimeout(r, 5))
+    expect((await worker.get(id)).status).toBe('queued')
+    stalled = false
+    await until(worker, id, (j) => j.status !== 'queued' && j.status !== 'running')
+    expect(await worker.get(id)).toMatchObject({ status: 'succeeded', attempt: 1 })
+    expect(startedWhileStalled).toEqual([false])
+  })
 })
