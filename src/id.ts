@@ -33,3 +33,18 @@ let lastPrefix = ''
 
 /** A job id this jobtable makes (version 7) or made before (version 4), in lower case. */
 export const JOB_ID = /^[0-9a-f]{8}-[0-9a-f]{4}-[47][0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$/
+
+/**
+ * For a list cursor whose job may be gone: the id prefix of the
+ * millisecond after the id's own (`xxxxxxxx-xxxx`, which every id of that
+ * millisecond or later sorts at or after), read from the time a version-7
+ * id begins with; null for an id without one (a version-4 id of an older
+ * jobtable). See listJobs.
+ */
+export function idPrefixAfter(id: string): string | null {
+  if (!/^[0-9a-f]{8}-[0-9a-f]{4}-7/.test(id)) return null
+  const next = parseInt(id.slice(0, 8) + id.slice(9, 13), 16) + 1
+  if (next >= 2 ** 48) return null
+  const time = next.toString(16).padStart(12, '0')
+  return `${time.slice(0, 8)}-${time.slice(8, 12)}`
+}

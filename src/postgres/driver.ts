@@ -19,6 +19,7 @@ import type {
   InsertResult,
 } from '../driver.js'
 import { hasUniqueKey, sendsBack } from '../driver.js'
+import { idPrefixAfter } from '../id.js'
 import { ConfigError, DatabaseError, JobtableError } from '../errors.js'
 import type { TerminalStatus } from '../job.js'
 import { checkKeys } from '../options.js'
@@ -655,21 +656,6 @@ function toClaimed(rows: readonly ClaimedRow[]): ClaimedJob[] {
 function retryValues(finishes: readonly JobFinish[]): unknown[] {
   const retries = finishes.filter(sendsBack)
   return [retries.map((f) => f.id), retries.map((f) => f.attempt), retries.map((f) => f.runAt), retries.map((f) => f.result), retries.map((f) => (f.status === 'snoozed' ? 1 : 0))]
-}
-
-/**
- * For a list cursor whose job may be gone: the id prefix of the
- * millisecond after the id's own (`xxxxxxxx-xxxx`, which every id of that
- * millisecond or later sorts at or after), read from the time a version-7
- * id begins with; null for an id without one (a version-4 id of an older
- * jobtable). See listJobs.
- */
-function idPrefixAfter(id: string): string | null {
-  if (!/^[0-9a-f]{8}-[0-9a-f]{4}-7/.test(id)) return null
-  const next = parseInt(id.slice(0, 8) + id.slice(9, 13), 16) + 1
-  if (next >= 2 ** 48) return null
-  const time = next.toString(16).padStart(12, '0')
-  return `${time.slice(0, 8)}-${time.slice(8, 12)}`
 }
 
 function finishValues(finishes: readonly JobFinish[], now: number): unknown[] {

@@ -18,6 +18,7 @@ import type {
   QueueCount,
 } from '../driver.js'
 import { hasUniqueKey, sendsBack } from '../driver.js'
+import { idPrefixAfter } from '../id.js'
 import { ConfigError, DatabaseError } from '../errors.js'
 import type { TerminalStatus } from '../job.js'
 import { checkKeys } from '../options.js'
@@ -662,21 +663,6 @@ export class SqliteDriver implements Driver<SqliteDatabase, true> {
     if (this.#reader !== this.#writer) this.#reader.close()
     if (this.#ownsWriter) this.#writer.close()
   }
-}
-
-/**
- * For a list cursor whose job may be gone: the id prefix of the
- * millisecond after the id's own (`xxxxxxxx-xxxx`, which every id of that
- * millisecond or later sorts at or after), read from the time a version-7
- * id begins with; null for an id without one (a version-4 id of an older
- * jobtable). See listJobs.
- */
-function idPrefixAfter(id: string): string | null {
-  if (!/^[0-9a-f]{8}-[0-9a-f]{4}-7/.test(id)) return null
-  const next = parseInt(id.slice(0, 8) + id.slice(9, 13), 16) + 1
-  if (next >= 2 ** 48) return null
-  const time = next.toString(16).padStart(12, '0')
-  return `${time.slice(0, 8)}-${time.slice(8, 12)}`
 }
 
 /** Runs a statement, turning a SQLite error into a DatabaseError that names its code, not its message. */
