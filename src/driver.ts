@@ -80,22 +80,26 @@ export interface DriverHotPath<Tx = unknown, TxSync extends boolean = boolean> {
    */
   jobFinishManyAndClaim?(params: FinishAndClaimParams): Promise<FinishAndClaimResult>
   /**
-   * Puts claimed jobs that no handler has started back in the queue, each
-   * only while it is still running under that claim, giving back the
-   * attempt that claim took. A job whose cancellation was requested is not
-   * queued again: it ends `cancelled`, finished at `now`, as a cancelled
-   * queued job does.
+   * Puts claimed jobs that no handler has started back, each only while it
+   * is still running under that claim, in one statement.
+   *
+   * Putting back an unstarted claim (this rule is stated here only;
+   * jobRequeueLost follows it too): the job gets back the attempt the
+   * claim took (attempt - 1) and loses its runner, and is `queued` again,
+   * unless its cancellation was requested, in which case it ends
+   * `cancelled`, finished at `now`, as a cancelled queued job does. No
+   * caller reads the job first: the statement decides, so a request that
+   * lands meanwhile is never lost.
    */
   jobRelease(params: { jobs: readonly { id: string; attempt: number }[]; now: number }): Promise<void>
   /**
-   * Puts back in the queue every job running under `runnerId` whose id is
-   * not in `keep`: the jobs a claim whose answer was lost (a dropped
-   * connection, a timeout) may have marked running for that runner. The
-   * runner calls it with every job it holds, while none of its claims is
-   * in flight, so no job a handler saw is queued again; each gets back the
-   * attempt that claim took. A job whose cancellation was requested ends
-   * `cancelled` instead, as in jobRelease. Returns how many (queued again
-   * or cancelled).
+   * Puts back, as jobRelease puts back an unstarted claim, every job
+   * running under `runnerId` whose id is not in `keep`: the jobs a claim
+   * whose answer was lost (a dropped connection, a timeout) may have
+   * marked running for that runner. The runner calls it with every job it
+   * holds, while none of its claims is in flight, so no job a handler saw
+   * is put back. One statement; returns how many it put back (queued
+   * again or cancelled).
    */
   jobRequeueLost(params: { runnerId: string; keep: readonly string[]; now: number }): Promise<number>
 }
@@ -148,11 +152,13 @@ export interface DriverMaintenance {
    * and stores `jobs` (that tick's job, or none for a tick passed over)
    * in the same transaction; a schedule not recorded yet is recorded at
    * `tickAt`. When the schedule is already at or past `tickAt` nothing is
-   * written and it resolves false. Each tick moves it forward once,
-   * whatever runs concurrently: that is what enqueues a tick exactly once
-   * across processes. Unique keys in `jobs` work as in jobInsertMany.
+   * written: `advanced` false, `stored` 0. Each tick moves it forward
+   * once, whatever runs concurrently: that is what enqueues a tick exactly
+   * once across processes. Unique keys in `jobs` work as in
+   * jobInsertMany: a job whose key a live job holds is not stored, and
+   * `stored` counts only those that were.
    */
-  scheduleAdvance(params: { name: string; tickAt: number; jobs: readonly NewJob[]; now: number }): Promise<boolean>
+  scheduleAdvance(params: { name: string; tickAt: number; jobs: readonly NewJob[]; now: number }): Promise<ScheduleAdvance>
   /** The last tick recorded for each of the schedules `names` that has one. */
   schedulesRead(params: { names: readonly string[] }): Promise<{ name: string; lastTickAt: number }[]>
 }
@@ -175,32 +181,45 @@ export interface DriverPresence {
   runnerUnregister(params: { runnerId: string }): Promise<void>
 }
 
-/** Admin: what an application, the HTTP API, the CLI and the dashboard read and change (cancel, retry now, pause, counts, get, list). */
+/**
+ * Admin: what an application, the HTTP API, the CLI and the dashboard read
+ * and change (pause, counts, get, list), and the single statements the
+ * runner's cancel and retry-now are made of (src/runner/job-commands.ts
+ * combines them, once for every driver).
+ */
 export interface DriverAdmin {
   /**
-   * Cancels the job `id` (within `scope` as in jobGet): a queued or
-   * scheduled one becomes `cancelled` at once ('cancelled'); a running one
-   * is marked for its runner to abort ('requested'), which a driver that
-   * can notifies at once (onWake 'cancel'); a finished one is left as it
-   * is ('terminal'); one not found (or of another scope) is 'missing'.
+   * One statement: makes the job `id` (within `scope` as in jobGet)
+   * `cancelled`, finished at `now`, when it is `queued` or `scheduled`;
+   * true when it did. Any other job (running, finished, missing, of
+   * another scope) is left as it is: false.
    */
-  jobCancel(params: { id: string; scope?: string | null; now: number }): Promise<CancelResult>
+  jobCancelWaiting(params: { id: string; scope?: string | null; now: number }): Promise<boolean>
+  /**
+   * One statement: marks the job `id` (within `scope` as in jobGet), when
+   * it is `running`, for its runner to abort (see jobCancelRequested and
+   * JobFinish: whatever its final write says, it then ends `cancelled`);
+   * true when it did. A driver that can tells every runner at once, in
+   * the same statement (onWake 'cancel'). Any other job is left as it is:
+   * false.
+   */
+  jobRequestCancel(params: { id: string; scope?: string | null; now: number }): Promise<boolean>
   /** The running jobs of `runnerId` whose cancellation was requested. */
   jobCancelRequested(params: { runnerId: string }): Promise<string[]>
   /**
-   * Runs the job `id` (within `scope` as in jobGet) again now, in one
-   * update fenced on its status: a `scheduled` one (waiting for its due
-   * time or its next attempt) becomes due now; a `failed` or `cancelled`
-   * one is queued now for one more attempt (its attempt count kept,
-   * max_attempts raised to allow it, its error and cancellation request
-   * cleared, its last result kept). Either is then `queued`, due at `now`
-   * ('queued'). A queued, running or succeeded job is left as it is
-   * ('not_retryable'); a failed or cancelled one whose unique key another
-   * live job now holds is left too ('unique_key_held'); one not found (or
-   * of another scope) is 'missing'. A driver that can tells idle runners
-   * at once, as for an insert.
+   * One statement: makes the job `id` (within `scope` as in jobGet)
+   * `queued`, due at `now`, when it is `scheduled` (waiting for its due
+   * time or its next attempt), `failed` or `cancelled`: its attempt count
+   * kept, max_attempts raised to allow one more attempt, its error, claim
+   * and cancellation request cleared, its last result kept ('queued'). A
+   * failed or cancelled job with a unique key that another live job now
+   * holds is left as it is ('unique_key_held': the database's refusal,
+   * mapped by the driver, never an error). Any other job (queued,
+   * running, succeeded, missing, of another scope) is left as it is
+   * ('unchanged'). A driver that can tells idle runners at once, as for
+   * an insert, in the same statement.
    */
-  jobRetryNow(params: { id: string; scope?: string | null; now: number }): Promise<RetryNowResult>
+  jobQueueNow(params: { id: string; scope?: string | null; now: number }): Promise<QueueNowResult>
   /**
    * Pauses a kind for every process on the database, across restarts: no
    * claim takes its jobs until kindResume. Resolves true when it was not
@@ -245,22 +264,41 @@ export interface DriverAdmin {
   queueCounts(params: { limit: number }): Promise<QueueCount[]>
 }
 
-/** Wake-ups: how a runner learns that another process wrote something it should look at. */
+/**
+ * Wake-ups: how a runner learns that another process wrote something it
+ * should look at. A database that pushes (PostgreSQL's LISTEN/NOTIFY)
+ * does so through onWake; the fallback poll is the runner's own (the
+ * WakePoll maintenance service, every `capabilities.pollMs`), which reads
+ * changeToken when the driver has one and wakes only when it moved.
+ */
 export interface DriverWakeups {
   /**
-   * Calls `callback` when another process or connection may have queued a
-   * job (a notification, a fallback poll), so the runner looks for work.
-   * Returns the function that stops the calls. A driver whose database
-   * cannot tell other processes of an insert omits it.
+   * Calls `callback` when the database pushes word that another process
+   * or connection may have queued a job ('jobs'), requested a
+   * cancellation ('cancel') or published a result ('change'), and once
+   * the push channel is (again) ready, since what was committed before
+   * was not heard. Returns the function that stops the calls. It never
+   * polls: a driver whose database cannot push omits it, and one that may
+   * push but was told not to (PostgreSQL with `listen: false`) never
+   * calls.
    */
   onWake?(callback: (what: WakeReason) => void): () => void
   /**
-   * Optional: a value that differs from the last one read whenever a
-   * write has been committed to the jobs since (by any process), and
-   * stays equal while nothing was: event streams read their jobs again
-   * only when it moved. A driver without one is read each poll.
+   * Optional, one cheap read that touches no table: a value that differs
+   * from the last one read whenever a write has been committed to the
+   * jobs since (by any process or connection, this driver's own
+   * included), and stays equal while nothing was. The runner's fallback
+   * poll and event streams look again only when it moved; without it,
+   * they look at every poll.
    */
   changeToken?(): Promise<string>
+}
+
+/** What scheduleAdvance did: whether the schedule moved to the tick, and how many of the tick's jobs were stored. */
+export interface ScheduleAdvance {
+  readonly advanced: boolean
+  /** The jobs stored: 0 when it did not advance, or when a live job held each job's unique key. */
+  readonly stored: number
 }
 
 /** One count of queueCounts. */
@@ -274,11 +312,14 @@ export interface QueueCount {
 /** What an onWake call is about: jobs may have been queued, a cancellation requested, or a running job's result published. */
 export type WakeReason = 'jobs' | 'cancel' | 'change'
 
-/** What jobCancel did. */
+/** What a cancel did (src/runner/job-commands.ts: cancelJob). */
 export type CancelResult = 'cancelled' | 'requested' | 'terminal' | 'missing'
 
-/** What jobRetryNow did. */
+/** What a retry now did (src/runner/job-commands.ts: retryJobNow). */
 export type RetryNowResult = 'queued' | 'not_retryable' | 'unique_key_held' | 'missing'
+
+/** What jobQueueNow's one statement did: see there. */
+export type QueueNowResult = 'queued' | 'unique_key_held' | 'unchanged'
 
 /** How many jobs of one kind are in one status. */
 export interface JobCount {
@@ -295,8 +336,9 @@ export interface DriverCapabilities<TxSync extends boolean = boolean> {
   readonly liveness: LivenessCapability
   /**
    * How often an idle runner looks again at what other processes wrote
-   * (the driver's fallback poll), in ms: the runner's scheduler looks for
-   * due jobs another process scheduled at least this often.
+   * (the runner's fallback poll, see DriverWakeups), in ms: the runner's
+   * scheduler looks for due jobs another process scheduled at least this
+   * often too.
    */
   readonly pollMs: number
 }

@@ -2,9 +2,8 @@ import { createHash } from 'node:crypto'
 import pg from 'pg'
 import type {
   ClaimedJob,
-  CancelResult,
   JobCount,
-  RetryNowResult,
+  QueueNowResult,
   ClaimParams,
   Driver,
   DriverCapabilities,
@@ -17,6 +16,7 @@ import type {
   QueueCount,
   NewJob,
   InsertResult,
+  ScheduleAdvance,
 } from '../driver.js'
 import { hasUniqueKey, sendsBack } from '../driver.js'
 import { idPrefixAfter } from '../id.js'
@@ -136,14 +136,12 @@ export class PostgresDriver implements Driver<PgQueryable, false> {
   readonly #q: Queries
   readonly #quoted: string
   readonly #listen: boolean
-  readonly #pollIntervalMs: number
   readonly #leaseMs: number
   readonly #prepared: boolean
   readonly #deadlines: Deadlines
-  readonly #limitsOf = new WeakMap<readonly string[], readonly [(number | null)[], (number | null)[]]>()
+  readonly #limitsOf = new WeakMap<readonly string[], { readonly limits: ClaimParams['limits']; readonly arrays: readonly [(number | null)[], (number | null)[]] }>()
   #migrated: Promise<void> | undefined
   readonly #wakers = new Set<(what: WakeReason) => void>()
-  #poll: NodeJS.Timeout | undefined
   #listener: NotificationListener | undefined
   #closed = false
 
@@ -173,7 +171,6 @@ export class PostgresDriver implements Driver<PgQueryable, false> {
     this.#quoted = `"${schema}"`
     this.#q = queries(this.#quoted)
     this.#listen = listen
-    this.#pollIntervalMs = pollIntervalMs
     this.#leaseMs = leaseMs
     this.#prepared = preparedStatements
     this.#deadlines = new Deadlines(statementTimeoutMs)
@@ -276,11 +273,11 @@ export class PostgresDriver implements Driver<PgQueryable, false> {
 
   /** Each kind's concurrency and scopeConcurrency, null for none, in the kinds' order; made once per kinds array. */
   #limitArrays(kinds: readonly string[], limits: ClaimParams['limits']): readonly [(number | null)[], (number | null)[]] {
-    let arrays = this.#limitsOf.get(kinds)
-    if (arrays === undefined) {
-      arrays = [kinds.map((k) => limits?.get(k)?.concurrency ?? null), kinds.map((k) => limits?.get(k)?.scopeConcurrency ?? null)]
-      this.#limitsOf.set(kinds, arrays)
-    }
+    const cached = this.#limitsOf.get(kinds)
+    // Kept per kinds array while its limits are the same object: a caller passing other limits with the same array gets new arrays.
+    if (cached !== undefined && cached.limits === limits) return cached.arrays
+    const arrays = [kinds.map((k) => limits?.get(k)?.concurrency ?? null), kinds.map((k) => limits?.get(k)?.scopeConcurrency ?? null)] as const
+    this.#limitsOf.set(kinds, { limits, arrays })
     return arrays
   }
 
@@ -304,35 +301,21 @@ export class PostgresDriver implements Driver<PgQueryable, false> {
     return (await this.#query('requeue lost claims', this.#q.requeueLostClaims, [runnerId, keep, now])).rowCount ?? 0
   }
 
-  async jobCancel({ id, scope, now }: { id: string; scope?: string | null; now: number }): Promise<CancelResult> {
-    const scoped = [scope === undefined, scope ?? null]
-    for (;;) {
-      if (((await this.#query('cancel job', this.#q.cancelWaiting, [id, now, ...scoped])).rowCount ?? 0) > 0) return 'cancelled'
-      if ((await this.#query('cancel job', this.#q.requestCancel, [id, now, ...scoped, `${this.schema}:cancel`])).rows.length > 0) return 'requested'
-      const job = await this.jobGet({ id, scope })
-      if (job === undefined) return 'missing'
-      // Three statements, not one transaction: a job that moved between them (a running one sent back
-      // to the queue by its retry write, or released) has not finished, and answering 'terminal' would
-      // leave it to run again. Try again (test/postgres/cancel-race.test.ts).
-      if (job.status !== 'queued' && job.status !== 'scheduled' && job.status !== 'running') return 'terminal'
-    }
+  async jobCancelWaiting({ id, scope, now }: { id: string; scope?: string | null; now: number }): Promise<boolean> {
+    return ((await this.#query('cancel job', this.#q.cancelWaiting, [id, now, scope === undefined, scope ?? null])).rowCount ?? 0) > 0
   }
 
-  async jobRetryNow({ id, scope, now }: { id: string; scope?: string | null; now: number }): Promise<RetryNowResult> {
-    const scoped = [scope === undefined, scope ?? null]
-    for (;;) {
-      try {
-        if ((await this.#query('retry job', this.#q.retryNow, [id, now, ...scoped, this.schema])).rows.length > 0) return 'queued'
-      } catch (err) {
-        // The only unique index an update of these columns can break: another live job holds the key.
-        if (err instanceof DatabaseError && err.dbCode === '23505') return 'unique_key_held'
-        throw err
-      }
-      const job = await this.jobGet({ id, scope })
-      if (job === undefined) return 'missing'
-      // Two statements, not one transaction: a job that became retryable between them (a running one
-      // that failed just then) is tried again rather than answered as not retryable.
-      if (job.status !== 'scheduled' && job.status !== 'failed' && job.status !== 'cancelled') return 'not_retryable'
+  async jobRequestCancel({ id, scope, now }: { id: string; scope?: string | null; now: number }): Promise<boolean> {
+    return (await this.#query('cancel job', this.#q.requestCancel, [id, now, scope === undefined, scope ?? null, `${this.schema}:cancel`])).rows.length > 0
+  }
+
+  async jobQueueNow({ id, scope, now }: { id: string; scope?: string | null; now: number }): Promise<QueueNowResult> {
+    try {
+      return (await this.#query('retry job', this.#q.queueNow, [id, now, scope === undefined, scope ?? null, this.schema])).rows.length > 0 ? 'queued' : 'unchanged'
+    } catch (err) {
+      // The only unique index an update of these columns can break: another live job holds the key.
+      if (err instanceof DatabaseError && err.dbCode === '23505') return 'unique_key_held'
+      throw err
     }
   }
 
@@ -366,13 +349,16 @@ export class PostgresDriver implements Driver<PgQueryable, false> {
     return (await this.#query<{ kind: string; pausedAt: number }>('read paused kinds', this.#q.pausedKinds, [])).rows
   }
 
-  async scheduleAdvance({ name, tickAt, jobs, now }: { name: string; tickAt: number; jobs: readonly NewJob[]; now: number }): Promise<boolean> {
-    return this.#transaction('advance schedule', async (query) => {
-      if ((await query(this.#q.advanceSchedule, [name, tickAt, now])).rows.length === 0) return false
-      if (jobs.length === 0) return true
-      if (hasUniqueKey(jobs)) await this.#insertUnique(query, jobs, now)
-      else await query(this.#q.insertJobs, insertValues(jobs, now))
-      return true
+  async scheduleAdvance({ name, tickAt, jobs, now }: { name: string; tickAt: number; jobs: readonly NewJob[]; now: number }): Promise<ScheduleAdvance> {
+    return this.#transaction('advance schedule', async (query): Promise<ScheduleAdvance> => {
+      if ((await query(this.#q.advanceSchedule, [name, tickAt, now])).rows.length === 0) return { advanced: false, stored: 0 }
+      if (jobs.length === 0) return { advanced: true, stored: 0 }
+      if (!hasUniqueKey(jobs)) {
+        await query(this.#q.insertJobs, insertValues(jobs, now))
+        return { advanced: true, stored: jobs.length }
+      }
+      // insertUnique answers null for each job it stored, a holder's id for each a live job's unique key refused.
+      return { advanced: true, stored: (await this.#insertUnique(query, jobs, now)).filter((holder) => holder === null).length }
     })
   }
 
@@ -464,10 +450,13 @@ export class PostgresDriver implements Driver<PgQueryable, false> {
   }
 
   /**
-   * Calls `callback` on every notification of an insert into this schema
-   * (from any process, or any client's committed transaction) and every
-   * `pollIntervalMs` besides. The listening connection is opened with the
-   * first callback and closed with the last.
+   * Calls `callback` on every notification of this schema (an insert from
+   * any process or any client's committed transaction, a cancellation
+   * requested, a result published), and once listening (again). Polls
+   * nothing: the runner's fallback poll covers lost notifications and
+   * `listen: false`. The listening connection is opened with the first
+   * callback and closed with the last; with `listen: false` it is never
+   * opened, and the callback never called.
    */
   onWake(callback: (what: WakeReason) => void): () => void {
     this.#wakers.add(callback)
@@ -482,12 +471,6 @@ export class PostgresDriver implements Driver<PgQueryable, false> {
     const wake = (what: WakeReason) => {
       for (const w of this.#wakers) w(what)
     }
-    // The fallback poll looks for both: jobs queued, and cancellations requested, unheard.
-    this.#poll = setInterval(() => {
-      wake('jobs')
-      wake('cancel')
-    }, this.#pollIntervalMs)
-    this.#poll.unref()
     if (this.#listen) {
       // Bounded like the pool's own connections, so a listener reconnecting into a silent network cannot hold close() open.
       const config: pg.ClientConfig = this.#ownsPool
@@ -499,8 +482,6 @@ export class PostgresDriver implements Driver<PgQueryable, false> {
   }
 
   #stopWaking(): void {
-    clearInterval(this.#poll)
-    this.#poll = undefined
     void this.#listener?.stop()
     this.#listener = undefined
   }

@@ -8,8 +8,8 @@ import { Backoff, sleep } from '../runner/backoff.js'
  * drops (a restart, pg_terminate_backend, a network fault) it reconnects
  * with backoff from 50 ms doubling to 5 s, and calls `onNotify` once
  * listening again, since inserts made meanwhile sent notifications no one
- * heard. Errors are not reported: the driver's fallback poll covers every
- * moment this connection is down.
+ * heard. Errors are not reported: the runner's fallback poll (WakePoll)
+ * covers every moment this connection is down.
  */
 export class NotificationListener {
   readonly #config: pg.ClientConfig

@@ -181,10 +181,10 @@ export function queries(s: string) {
      * Puts back the jobs a claim marked running for a runner whose claim
      * answer was lost with its connection (the statement may have
      * committed). `$2` lists every job the runner holds: any other job
-     * running under its id never reached a handler, so queuing it again
-     * starts no handler twice, and its attempt is given back. A job whose
-     * cancellation was requested meanwhile is not queued again: it ends
-     * `cancelled` (finished now), as cancelWaiting leaves a queued job.
+     * running under its id never reached a handler, so putting it back
+     * starts no handler twice. Each is put back by the rule of
+     * DriverHotPath.jobRelease (src/driver.ts), decided in this one
+     * statement as in releaseJobs.
      */
     requeueLostClaims: `
       UPDATE ${s}.jobs
@@ -222,10 +222,9 @@ export function queries(s: string) {
       SELECT id FROM retried UNION ALL SELECT id FROM finished`,
 
     /**
-     * Fenced like finishJobs: puts claimed jobs no handler started back in
-     * the queue, giving back the attempt each claim took. A job whose
-     * cancellation was requested is not queued again: it ends `cancelled`
-     * (finished now), as cancelWaiting leaves a queued job.
+     * Fenced like finishJobs: puts claimed jobs no handler started back,
+     * by the rule of DriverHotPath.jobRelease (src/driver.ts), decided in
+     * this one statement.
      */
     releaseJobs: `
       UPDATE ${s}.jobs AS j
@@ -365,12 +364,12 @@ export function queries(s: string) {
       )
       UPDATE ${s}.jobs AS j SET status = 'queued', updated_at = $1 FROM due WHERE j.seq = due.seq`,
 
-    /** Cancels a job not yet started (queued or scheduled), within scope $4 unless $3. */
+    /** Cancels a job waiting to run (queued or scheduled), within scope $4 unless $3 (DriverAdmin.jobCancelWaiting). */
     cancelWaiting: `
       UPDATE ${s}.jobs SET status = 'cancelled', finished_at = $2, updated_at = $2
        WHERE id = $1 AND ($3::boolean OR scope IS NOT DISTINCT FROM $4::text) AND status IN ('queued', 'scheduled')`,
 
-    /** Asks the runner of a running job to abort it, and tells listening runners at once. */
+    /** Asks the runner of a running job to abort it, and tells listening runners at once (DriverAdmin.jobRequestCancel). */
     requestCancel: `
       WITH r AS (
         UPDATE ${s}.jobs SET cancel_requested = true, updated_at = $2
@@ -381,12 +380,12 @@ export function queries(s: string) {
 
     /**
      * Runs a scheduled, failed or cancelled job again now (as the SQLite
-     * retryNow), within scope $4 unless $3, and tells listening runners
+     * queueNow), within scope $4 unless $3, and tells listening runners
      * at once ($5: the schema, as an insert's trigger does). The unique
      * index jobs_unique refuses the update (23505) while another live
      * job holds a failed or cancelled job's key.
      */
-    retryNow: `
+    queueNow: `
       WITH r AS (
         UPDATE ${s}.jobs
            SET status = 'queued', run_at = $2, max_attempts = GREATEST(max_attempts, attempt + 1),

@@ -1,6 +1,6 @@
 import { randomUUID } from 'node:crypto'
 import type { StandardSchemaV1 } from '@standard-schema/spec'
-import type { Driver, JobCount, JobRow } from '../driver.js'
+import type { Driver, JobCount, JobRow, WakeReason } from '../driver.js'
 import { ConfigError, InvalidArgumentError, InvalidCursorError, JobNotFoundError, RegistrationError, RunnerStateError, UnknownKindError } from '../errors.js'
 import { JOB_STATUSES, type Job, type JobStatus, type JsonValue } from '../job.js'
 import { type Handler, type HandlerErrorHook, isKindDefinition, type KindDef, type KindDefinition, RegisteredKind, splitDefinition } from '../kind.js'
@@ -13,6 +13,7 @@ import { ClaimGate } from './claim-gate.js'
 import type { JobSpec } from './batch.js'
 import { publishDatabaseError } from './channels.js'
 import { type EnqueueOptions, Enqueuer, type Kind, placementOf, type TxOf, type TxResult, type UniqueEnqueue } from './enqueue.js'
+import { cancelJob, retryJobNow } from './job-commands.js'
 import { Liveness, retryTransient } from './liveness.js'
 import { Maintenance } from './maintenance/index.js'
 import { pruneJobs } from './maintenance/retention.js'
@@ -405,6 +406,7 @@ export class Runner<D extends Driver = Driver> {
       logger: this.#logger,
       clock: this.#clock,
       wake: () => this.#producer?.wake(),
+      polled: this.#woken,
       running: () => this.#producer?.running ?? 0,
       cancel: (ids) => this.#producer?.cancel(ids),
       schedules: [...this.#schedules.values()],
@@ -449,17 +451,20 @@ export class Runner<D extends Driver = Driver> {
     })
     liveness.onRenewed = () => this.#producer?.wake()
     maintenance.start()
-    this.#unwake = this.#driver.onWake?.((what) => {
-      // A published result concerns event streams, not the workers.
-      if (what === 'change') return
-      if (what === 'cancel') {
-        void this.#maintenance?.cancels.tick()
-        return
-      }
-      this.#producer?.wake()
-      this.#maintenance?.scheduler.wake()
-    })
+    this.#unwake = this.#driver.onWake?.(this.#woken)
     this.#producer.start()
+  }
+
+  /** What a notification (the driver's onWake) or the fallback poll (WakePoll) says: the workers, the scheduler or the cancellation watch look. */
+  readonly #woken = (what: WakeReason): void => {
+    // A published result concerns event streams, not the workers.
+    if (what === 'change') return
+    if (what === 'cancel') {
+      void this.#maintenance?.cancels.tick()
+      return
+    }
+    this.#producer?.wake()
+    this.#maintenance?.scheduler.wake()
   }
 
   /** A claim failed with an error that can never succeed: stop, loudly. */
@@ -581,7 +586,7 @@ export class Runner<D extends Driver = Driver> {
    */
   async cancel(id: string, options?: { scope?: string | null }): Promise<'cancelled' | 'requested' | 'terminal'> {
     const { scope } = optionsObject(options, ['scope'], 'cancel', 'argument')
-    const result = typeof id === 'string' ? await this.#driver.jobCancel({ id, scope, now: this.#clock() }) : 'missing'
+    const result = typeof id === 'string' ? await cancelJob(this.#driver, { id, scope, now: this.#clock() }) : 'missing'
     if (result === 'missing') throw new JobNotFoundError()
     if (result === 'requested') this.#producer?.cancel([id])
     return result
@@ -603,7 +608,7 @@ export class Runner<D extends Driver = Driver> {
    */
   async retry(id: string, options?: { scope?: string | null }): Promise<'queued' | 'not_retryable' | 'unique_key_held'> {
     const { scope } = optionsObject(options, ['scope'], 'retry', 'argument')
-    const result = typeof id === 'string' ? await this.#driver.jobRetryNow({ id, scope, now: this.#clock() }) : 'missing'
+    const result = typeof id === 'string' ? await retryJobNow(this.#driver, { id, scope, now: this.#clock() }) : 'missing'
     if (result === 'missing') throw new JobNotFoundError()
     if (result === 'queued') this.#producer?.wake()
     return result

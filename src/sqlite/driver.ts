@@ -1,14 +1,12 @@
 import Database from 'better-sqlite3'
 import type {
   ClaimedJob,
-  CancelResult,
   JobCount,
-  RetryNowResult,
+  QueueNowResult,
   ClaimParams,
   Driver,
   DriverCapabilities,
   FinishAndClaimParams,
-  WakeReason,
   FinishAndClaimResult,
   JobFinish,
   JobListParams,
@@ -16,6 +14,7 @@ import type {
   NewJob,
   InsertResult,
   QueueCount,
+  ScheduleAdvance,
 } from '../driver.js'
 import { hasUniqueKey, sendsBack } from '../driver.js'
 import { idPrefixAfter } from '../id.js'
@@ -109,7 +108,7 @@ export class SqliteDriver implements Driver<SqliteDatabase, true> {
   readonly #insert: Database.Statement
   /** claimJobs statements by their arms, and each kinds array's statement and parameters, made once. */
   readonly #claims = new Map<string, Database.Statement>()
-  readonly #claimPlans = new WeakMap<readonly string[], { statement: Database.Statement; params: Record<string, unknown> }>()
+  readonly #claimPlans = new WeakMap<readonly string[], { statement: Database.Statement; params: Record<string, unknown>; limits: ClaimParams['limits'] }>()
   readonly #publish: Database.Statement
   readonly #finish: Database.Statement
   readonly #failInterrupted: Database.Statement
@@ -124,9 +123,10 @@ export class SqliteDriver implements Driver<SqliteDatabase, true> {
   readonly #unservedKinds: Database.Statement
   readonly #failUnserved: Database.Statement
   readonly #promoteDue: Database.Statement
-  readonly #cancel: (id: string, anyScope: number, scope: string | null, now: number) => CancelResult
+  readonly #cancelWaiting: Database.Statement
+  readonly #requestCancel: Database.Statement
   readonly #cancelRequested: Database.Statement
-  readonly #retryNow: (id: string, anyScope: number, scope: string | null, now: number) => RetryNowResult
+  readonly #queueNow: Database.Statement
   readonly #countJobs: Database.Statement
   readonly #countScopedJobs: Database.Statement
   readonly #nextDue: Database.Statement
@@ -135,9 +135,6 @@ export class SqliteDriver implements Driver<SqliteDatabase, true> {
   readonly #queueCounts: Database.Statement
   readonly #sweep: (gone: readonly string[], runnerId: string, error: string, now: number) => { failed: number; requeued: number }
   readonly #locks: RunnerLocks
-  readonly #pollIntervalMs: number
-  readonly #wakers = new Set<(what: WakeReason) => void>()
-  #poll: NodeJS.Timeout | undefined
   readonly #get: Database.Statement
   readonly #getScoped: Database.Statement
   readonly #list: Database.Statement
@@ -151,7 +148,7 @@ export class SqliteDriver implements Driver<SqliteDatabase, true> {
   /** A batch with unique keys: one job at a time, in one transaction. */
   readonly #insertManyUnique: (jobs: readonly NewJob[], now: number) => (string | null)[]
   /** A schedule's move to a later tick and that tick's jobs, in one transaction. */
-  readonly #advanceSchedule: (name: string, tickAt: number, jobs: readonly NewJob[], now: number) => boolean
+  readonly #advanceSchedule: (name: string, tickAt: number, jobs: readonly NewJob[], now: number) => ScheduleAdvance
   readonly #releaseMany: (jobs: readonly { id: string; attempt: number }[], now: number) => void
   readonly #finishMany: (finishes: readonly JobFinish[], now: number) => boolean[]
   readonly #finishManyAndClaim: (
@@ -177,7 +174,6 @@ export class SqliteDriver implements Driver<SqliteDatabase, true> {
     if (!Number.isInteger(busyTimeoutMs) || busyTimeoutMs < 0) throw new ConfigError('sqlite: busyTimeoutMs must be an integer >= 0')
     if (!Number.isInteger(sweepIntervalMs) || sweepIntervalMs < 1) throw new ConfigError('sqlite: sweepIntervalMs must be an integer >= 1')
     if (!Number.isInteger(pollIntervalMs) || pollIntervalMs < 1) throw new ConfigError('sqlite: pollIntervalMs must be an integer >= 1')
-    this.#pollIntervalMs = pollIntervalMs
     // An OS lock proves a runner alive or gone (RunnerLocks): no heartbeat.
     this.capabilities = { txSync: true, liveness: { heartbeatMs: null, sweepMs: sweepIntervalMs }, pollMs: pollIntervalMs }
 
@@ -219,29 +215,10 @@ export class SqliteDriver implements Driver<SqliteDatabase, true> {
     this.#unservedKinds = this.#reader.prepare(sql.unservedKinds)
     this.#failUnserved = this.#writer.prepare(sql.failUnserved)
     this.#promoteDue = this.#writer.prepare(sql.promoteDue)
-    const cancelWaiting = this.#writer.prepare(sql.cancelWaiting)
-    const requestCancel = this.#writer.prepare(sql.requestCancel)
-    const getScoped = this.#writer.prepare(sql.getScopedJob)
-    const getAny = this.#writer.prepare(sql.getJob)
-    this.#cancel = this.#writer.transaction((id: string, anyScope: number, scope: string | null, now: number): CancelResult => {
-      const params = { id, anyScope, scope, now }
-      if (cancelWaiting.run(params).changes > 0) return 'cancelled'
-      if (requestCancel.run(params).changes > 0) return 'requested'
-      return (anyScope === 1 ? getAny.get({ id }) : getScoped.get({ id, scope })) === undefined ? 'missing' : 'terminal'
-    }).immediate
+    this.#cancelWaiting = this.#writer.prepare(sql.cancelWaiting)
+    this.#requestCancel = this.#writer.prepare(sql.requestCancel)
     this.#cancelRequested = this.#writer.prepare(sql.cancelRequested)
-    const retryNow = this.#writer.prepare(sql.retryNow)
-    // In one immediate transaction: the read that tells missing from not retryable sees what the update saw.
-    this.#retryNow = this.#writer.transaction((id: string, anyScope: number, scope: string | null, now: number): RetryNowResult => {
-      try {
-        if (retryNow.run({ id, anyScope, scope, now }).changes > 0) return 'queued'
-      } catch (err) {
-        // The only unique index an update of these columns can break: another live job holds the key.
-        if (err instanceof Database.SqliteError && err.code === 'SQLITE_CONSTRAINT_UNIQUE') return 'unique_key_held'
-        throw err
-      }
-      return (anyScope === 1 ? getAny.get({ id }) : getScoped.get({ id, scope })) === undefined ? 'missing' : 'not_retryable'
-    }).immediate
+    this.#queueNow = this.#writer.prepare(sql.queueNow)
     this.#nextDue = this.#reader.prepare(sql.nextDue)
     this.#prune = this.#writer.prepare(sql.pruneJobs)
     this.#finishedKinds = this.#reader.prepare(sql.finishedKinds)
@@ -264,10 +241,10 @@ export class SqliteDriver implements Driver<SqliteDatabase, true> {
     }).immediate
     this.#insertManyUnique = this.#writer.transaction((jobs: readonly NewJob[], now: number) => this.#insertEach(onWriter, jobs, now)).immediate
     const advance = this.#writer.prepare(sql.advanceSchedule)
-    this.#advanceSchedule = this.#writer.transaction((name: string, tickAt: number, jobs: readonly NewJob[], now: number) => {
-      if (advance.get({ name, tick: tickAt, now }) === undefined) return false
-      this.#insertEach(onWriter, jobs, now)
-      return true
+    this.#advanceSchedule = this.#writer.transaction((name: string, tickAt: number, jobs: readonly NewJob[], now: number): ScheduleAdvance => {
+      if (advance.get({ name, tick: tickAt, now }) === undefined) return { advanced: false, stored: 0 }
+      // insertEach answers null for each job it stored, a holder's id for each a live job's unique key refused.
+      return { advanced: true, stored: this.#insertEach(onWriter, jobs, now).filter((holder) => holder === null).length }
     }).immediate
     const release = this.#writer.prepare(sql.releaseJob)
     this.#releaseMany = this.#writer.transaction((jobs: readonly { id: string; attempt: number }[], now: number) => {
@@ -345,7 +322,8 @@ export class SqliteDriver implements Driver<SqliteDatabase, true> {
    */
   #claimRows(limit: number, runnerId: string, kinds: readonly string[], limits: ClaimParams['limits'], now: number): ClaimedJob[] {
     let plan = this.#claimPlans.get(kinds)
-    if (plan === undefined) {
+    // Kept per kinds array while its limits are the same object: a caller passing other limits with the same array gets a new plan.
+    if (plan === undefined || plan.limits !== limits) {
       const params: Record<string, unknown> = {}
       const arms = kinds.map((kind, i): sql.ClaimArm => {
         params[`k${i}`] = kind
@@ -361,7 +339,7 @@ export class SqliteDriver implements Driver<SqliteDatabase, true> {
         statement = this.#writer.prepare(sql.claimJobs(arms))
         this.#claims.set(shape, statement)
       }
-      plan = { statement, params }
+      plan = { statement, params, limits }
       this.#claimPlans.set(kinds, plan)
     }
     const params = plan.params
@@ -483,12 +461,24 @@ export class SqliteDriver implements Driver<SqliteDatabase, true> {
     return JSON.stringify([...served])
   }
 
-  async jobCancel({ id, scope, now }: { id: string; scope?: string | null; now: number }): Promise<CancelResult> {
-    return this.#write('cancel job', () => this.#cancel(id, scope === undefined ? 1 : 0, scope ?? null, now))
+  async jobCancelWaiting({ id, scope, now }: { id: string; scope?: string | null; now: number }): Promise<boolean> {
+    return this.#write('cancel job', () => this.#cancelWaiting.run({ id, anyScope: scope === undefined ? 1 : 0, scope: scope ?? null, now }).changes > 0)
   }
 
-  async jobRetryNow({ id, scope, now }: { id: string; scope?: string | null; now: number }): Promise<RetryNowResult> {
-    return this.#write('retry job', () => this.#retryNow(id, scope === undefined ? 1 : 0, scope ?? null, now))
+  async jobRequestCancel({ id, scope, now }: { id: string; scope?: string | null; now: number }): Promise<boolean> {
+    return this.#write('cancel job', () => this.#requestCancel.run({ id, anyScope: scope === undefined ? 1 : 0, scope: scope ?? null, now }).changes > 0)
+  }
+
+  async jobQueueNow({ id, scope, now }: { id: string; scope?: string | null; now: number }): Promise<QueueNowResult> {
+    return this.#write('retry job', () => {
+      try {
+        return this.#queueNow.run({ id, anyScope: scope === undefined ? 1 : 0, scope: scope ?? null, now }).changes > 0 ? 'queued' : 'unchanged'
+      } catch (err) {
+        // The only unique index an update of these columns can break: another live job holds the key.
+        if (err instanceof Database.SqliteError && err.code === 'SQLITE_CONSTRAINT_UNIQUE') return 'unique_key_held'
+        throw err
+      }
+    })
   }
 
   async jobCounts({ scope }: { scope?: string | null }): Promise<JobCount[]> {
@@ -523,7 +513,7 @@ export class SqliteDriver implements Driver<SqliteDatabase, true> {
     return run('read paused kinds', () => this.#reader.prepare(sql.pausedKinds).all() as { kind: string; pausedAt: number }[])
   }
 
-  async scheduleAdvance({ name, tickAt, jobs, now }: { name: string; tickAt: number; jobs: readonly NewJob[]; now: number }): Promise<boolean> {
+  async scheduleAdvance({ name, tickAt, jobs, now }: { name: string; tickAt: number; jobs: readonly NewJob[]; now: number }): Promise<ScheduleAdvance> {
     return this.#write('advance schedule', () => this.#advanceSchedule(name, tickAt, jobs, now))
   }
 
@@ -535,7 +525,8 @@ export class SqliteDriver implements Driver<SqliteDatabase, true> {
    * The reading connection's data_version (it moves when another
    * connection, in this process or another, commits) with the writing
    * connection's own count of changes (a database in memory has one
-   * connection, whose own commits data_version does not count).
+   * connection, whose own commits data_version does not count). Neither
+   * reads a table: this is what an idle runner's fallback poll costs.
    */
   async changeToken(): Promise<string> {
     this.#totalChanges ??= this.#writer.prepare('SELECT total_changes()').pluck()
@@ -614,51 +605,9 @@ export class SqliteDriver implements Driver<SqliteDatabase, true> {
     return rows
   }
 
-  /**
-   * Calls `callback` when another connection, in this process or another,
-   * has committed to the file since the last check (every pollIntervalMs),
-   * so a job another process enqueued is found without its wake.
-   */
-  onWake(callback: (what: WakeReason) => void): () => void {
-    this.#wakers.add(callback)
-    if (this.#poll === undefined && !this.#closed && !this.#writer.memory) {
-      let seen = this.#dataVersion()
-      this.#poll = setInterval(() => {
-        const now = this.#dataVersion()
-        if (now === seen) return
-        seen = now
-        // Any commit elsewhere: jobs may have been queued, or a cancellation requested.
-        for (const w of this.#wakers) {
-          w('jobs')
-          w('cancel')
-        }
-      }, this.#pollIntervalMs)
-      // Like every other liveness timer, it never keeps a process alive alone.
-      this.#poll.unref()
-    }
-    return () => {
-      this.#wakers.delete(callback)
-      if (this.#wakers.size > 0) return
-      clearInterval(this.#poll)
-      this.#poll = undefined
-    }
-  }
-
-  /** The file's change counter as the reading connection sees it; undefined once closed or failing (then every tick wakes). */
-  #dataVersion(): number | undefined {
-    try {
-      return this.#reader.pragma('data_version', { simple: true }) as number
-    } catch {
-      return undefined
-    }
-  }
-
   async close(): Promise<void> {
     if (this.#closed) return
     this.#closed = true
-    clearInterval(this.#poll)
-    this.#poll = undefined
-    this.#wakers.clear()
     this.#locks.releaseAll()
     if (this.#reader !== this.#writer) this.#reader.close()
     if (this.#ownsWriter) this.#writer.close()

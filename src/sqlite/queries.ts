@@ -133,9 +133,8 @@ export function claimJobs(arms: readonly ClaimArm[]): string {
 /**
  * Puts back the jobs running under @runnerId that it does not hold (@keep,
  * a JSON array of ids): what a claim whose answer was lost marked running.
- * No handler saw that claim, so its attempt is given back. A job whose
- * cancellation was requested meanwhile is not queued again: it ends
- * `cancelled` (finished now), as cancelWaiting leaves a queued job.
+ * Puts each back by the rule of DriverHotPath.jobRelease (src/driver.ts),
+ * decided in this one statement as in releaseJob.
  */
 export const requeueLost = `
   UPDATE jobtable_jobs
@@ -178,10 +177,9 @@ export const publishResult = `
    WHERE id = @id AND status = 'running' AND attempt = @attempt`
 
 /**
- * Fenced like publishResult: puts a claimed job no handler started back in
- * the queue, giving back the attempt its claim took. A job whose
- * cancellation was requested is not queued again: it ends `cancelled`
- * (finished now), as cancelWaiting leaves a queued job.
+ * Fenced like publishResult: puts a claimed job no handler started back,
+ * by the rule of DriverHotPath.jobRelease (src/driver.ts), decided in
+ * this one statement.
  */
 export const releaseJob = `
   UPDATE jobtable_jobs
@@ -258,26 +256,26 @@ export const promoteDue = `
   UPDATE jobtable_jobs SET status = 'queued', updated_at = @now
    WHERE seq IN (SELECT seq FROM jobtable_jobs WHERE status = 'scheduled' AND run_at <= @now ORDER BY run_at LIMIT @limit)`
 
-/** Cancels a job not yet started (queued or scheduled), within @scope unless @anyScope = 1. */
+/** Cancels a job waiting to run (queued or scheduled), within @scope unless @anyScope = 1 (DriverAdmin.jobCancelWaiting). */
 export const cancelWaiting = `
   UPDATE jobtable_jobs SET status = 'cancelled', finished_at = @now, updated_at = @now
    WHERE id = @id AND (@anyScope = 1 OR scope IS @scope) AND status IN ('queued', 'scheduled')`
 
-/** Asks the runner of a running job to abort it, within @scope unless @anyScope = 1. */
+/** Asks the runner of a running job to abort it, within @scope unless @anyScope = 1 (DriverAdmin.jobRequestCancel). */
 export const requestCancel = `
   UPDATE jobtable_jobs SET cancel_requested = 1, updated_at = @now
    WHERE id = @id AND (@anyScope = 1 OR scope IS @scope) AND status = 'running'`
 
 /**
- * Runs a scheduled, failed or cancelled job again now, within @scope
- * unless @anyScope = 1: queued, due at @now, with one more attempt than it
- * has had when it has no attempt left; its error, cancellation request and
- * claim cleared, its last result kept. A failed or cancelled job with a
- * unique key re-enters the unique index jobtable_jobs_unique, which
- * refuses the update (SQLITE_CONSTRAINT_UNIQUE) while another live job
- * holds the key.
+ * Runs a scheduled, failed or cancelled job again now (DriverAdmin.jobQueueNow),
+ * within @scope unless @anyScope = 1: queued, due at @now, with one more
+ * attempt than it has had when it has no attempt left; its error,
+ * cancellation request and claim cleared, its last result kept. A failed
+ * or cancelled job with a unique key re-enters the unique index
+ * jobtable_jobs_unique, which refuses the update (SQLITE_CONSTRAINT_UNIQUE)
+ * while another live job holds the key.
  */
-export const retryNow = `
+export const queueNow = `
   UPDATE jobtable_jobs
      SET status = 'queued', run_at = @now, max_attempts = max(max_attempts, attempt + 1),
          error = NULL, cancel_requested = 0, runner_id = NULL, started_at = NULL, finished_at = NULL, updated_at = @now

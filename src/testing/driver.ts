@@ -188,8 +188,8 @@ export class KitDriver<D extends Driver> {
       scheduleAdvance: (params: Parameters<Driver['scheduleAdvance']>[0]) =>
         tell(async () => {
           const advanced = await real.scheduleAdvance(params)
-          // A unique key held by a live job leaves that tick's job unstored: never read, so kept harmlessly.
-          if (advanced) this.#remember(params.jobs, undefined)
+          // Stored jobs are not told apart from those a live job's unique key refused: one never read is kept harmlessly.
+          if (advanced.stored > 0) this.#remember(params.jobs, undefined)
           return advanced
         }),
       jobRelease: (params: Parameters<Driver['jobRelease']>[0]) => tell(() => real.jobRelease(params)),
@@ -199,9 +199,10 @@ export class KitDriver<D extends Driver> {
         if (promoted > 0) this.changed()
         return promoted
       },
-      jobCancel: (params: Parameters<Driver['jobCancel']>[0]) => tell(() => real.jobCancel(params)),
-      jobRetryNow: async (params: Parameters<Driver['jobRetryNow']>[0]) => {
-        const result = await real.jobRetryNow(params)
+      jobCancelWaiting: (params: Parameters<Driver['jobCancelWaiting']>[0]) => tell(() => real.jobCancelWaiting(params)),
+      jobRequestCancel: (params: Parameters<Driver['jobRequestCancel']>[0]) => tell(() => real.jobRequestCancel(params)),
+      jobQueueNow: async (params: Parameters<Driver['jobQueueNow']>[0]) => {
+        const result = await real.jobQueueNow(params)
         if (result === 'queued') this.changed()
         return result
       },

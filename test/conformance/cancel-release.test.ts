@@ -171,7 +171,7 @@ describe.each(quiet)('$name: a job whose cancellation was requested before any h
       await driver.jobInsertMany({ jobs: [cancelled, plain], now: T0 })
       const claimed = await driver.jobClaim({ limit: 2, runnerId, kinds: ['work'], now: T0 + 1 })
       expect(claimed.map((c) => c.id).sort(), give).toEqual([cancelled.id, plain.id].sort())
-      expect(await driver.jobCancel({ id: cancelled.id, now: T0 + 2 }), give).toBe('requested')
+      expect(await driver.jobRequestCancel({ id: cancelled.id, now: T0 + 2 }), give).toBe(true)
       if (give === 'release') {
         await driver.jobRelease({ jobs: claimed.map((c) => ({ id: c.id, attempt: c.attempt })), now: T0 + 3 })
       } else {
@@ -181,11 +181,12 @@ describe.each(quiet)('$name: a job whose cancellation was requested before any h
       expect(await finishedAt(h.store, driver, cancelled.id), give).toBe(T0 + 3)
       expect(await driver.jobGet({ id: plain.id }), give).toMatchObject({ status: 'queued', attempt: 0 })
       expect(await finishedAt(h.store, driver, plain.id), give).toBeNull()
-      // A claim takes the queued one only, and a cancel of the cancelled one changes nothing.
+      // A claim takes the queued one only, and neither cancel statement changes the cancelled one.
       const again = await driver.jobClaim({ limit: 2, runnerId, kinds: ['work'], now: T0 + 4 })
       expect(again.map((c) => c.id), give).toEqual([plain.id])
       await driver.jobFinishMany({ finishes: [{ id: plain.id, attempt: 1, status: 'succeeded', result: null, error: null, runAt: null }], now: T0 + 5 })
-      expect(await driver.jobCancel({ id: cancelled.id, now: T0 + 6 }), give).toBe('terminal')
+      expect(await driver.jobCancelWaiting({ id: cancelled.id, now: T0 + 6 }), give).toBe(false)
+      expect(await driver.jobRequestCancel({ id: cancelled.id, now: T0 + 6 }), give).toBe(false)
     }
   })
 
@@ -195,7 +196,7 @@ describe.each(quiet)('$name: a job whose cancellation was requested before any h
     await driver.jobInsertMany({ jobs: [cancelled, plain], now: T0 })
     await driver.runnerRegister({ runnerId: 'gone', kinds: ['work'], now: T0 })
     expect(await driver.jobClaim({ limit: 2, runnerId: 'gone', kinds: ['work'], now: T0 + 1 })).toHaveLength(2)
-    expect(await driver.jobCancel({ id: cancelled.id, now: T0 + 2 })).toBe('requested')
+    expect(await driver.jobRequestCancel({ id: cancelled.id, now: T0 + 2 })).toBe(true)
     // The runner stops leaving its jobs running: proven gone, its jobs are the sweep's.
     await driver.runnerUnregister({ runnerId: 'gone' })
     expect(await driver.jobFailInterrupted({ runnerId: 'sweeper', error: 'interrupted', now: T0 + 3 })).toEqual({ failed: 1, requeued: 1 })

@@ -1,5 +1,6 @@
+import { randomUUID } from 'node:crypto'
 import { describe, expect, it } from 'vitest'
-import { defineKind, InvalidArgumentError, JobNotFoundError, type Runner } from 'jobtable'
+import { defineKind, type Driver, InvalidArgumentError, JobNotFoundError, type Runner } from 'jobtable'
 import { postgresBackend, sqliteBackend, type Backend } from '../support/backends.js'
 import { echoPayload, harness } from '../support/harness.js'
 import { aborted, gate, track } from '../support/wait.js'
@@ -349,5 +350,35 @@ describe.each(quiet)('$name: cancellation', (backend) => {
     expect(page.jobs.map((j) => j.id).sort()).toEqual([ids[1]!, ids[3]!, scheduled].sort())
     expect(page.jobs.every((j) => j.status === 'cancelled')).toBe(true)
     expect((await runner.list({ status: 'queued' })).jobs.map((j) => j.id).sort()).toEqual([ids[0]!, ids[2]!].sort())
+  })
+
+  it('a job that moves between cancel()\'s statements (found running, then sent back to the queue by its retry write) is cancelled, never answered "terminal"', async () => {
+    const real = h.store.driver()
+    const id = randomUUID()
+    await real.jobInsertMany({ jobs: [{ id, kind: 'work', payload: '{"n":1}', scope: null, priority: 0, runAt: null, maxAttempts: 3, timeoutMs: null, requeueInterrupted: false }], now: T0 })
+    const [claimed] = await real.jobClaim({ limit: 1, runnerId: 'elsewhere', kinds: ['work'], now: T0 + 1 })
+    expect(claimed?.id).toBe(id)
+    // The first statement finds the job running, not waiting; before the second, its handler's retry write sends it back, due in an hour.
+    let moved = false
+    const driver = new Proxy(real, {
+      get(target, prop) {
+        const value = Reflect.get(target, prop, target) as unknown
+        if (typeof value !== 'function') return value
+        if (prop !== 'jobCancelWaiting') return (value as (...a: unknown[]) => unknown).bind(target)
+        return async (params: Parameters<Driver['jobCancelWaiting']>[0]) => {
+          const cancelled = await target.jobCancelWaiting(params)
+          if (!moved) {
+            moved = true
+            const retry = { id, attempt: claimed!.attempt, status: 'retry', result: null, error: null, runAt: T0 + 3_600_000 } as const
+            expect(await target.jobFinishMany({ finishes: [retry], now: T0 + 2 })).toEqual([true])
+          }
+          return cancelled
+        }
+      },
+    })
+    const runner = h.runner({ driver, clock: () => T0 + 3 })
+    expect(await runner.cancel(id)).toBe('cancelled')
+    expect(moved).toBe(true)
+    expect(await runner.get(id)).toMatchObject({ status: 'cancelled', error: null })
   })
 })

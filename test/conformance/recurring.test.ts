@@ -1,6 +1,6 @@
 import { expect, it } from 'vitest'
 import { z } from 'zod'
-import { ConfigError, defineKind, InvalidPayloadError, type Job, RunnerStateError, UnknownKindError } from 'jobtable'
+import { ConfigError, defineKind, InvalidPayloadError, type Job, jobEnqueueChannel, type JobEnqueueMessage, RunnerStateError, UnknownKindError } from 'jobtable'
 import { describeEachBackend } from '../support/backends.js'
 import { harness } from '../support/harness.js'
 import { captureLogs } from '../support/logs.js'
@@ -197,6 +197,34 @@ describeEachBackend('recurring jobs', (backend) => {
       [Date.UTC(2026, 0, 5, 11), 'cancelled'],
       [Date.UTC(2026, 0, 5, 13), 'queued'],
     ])
+  })
+
+  it('a tick publishes jobtable:job:enqueue only for a job it stored: nothing for a tick whose uniqueKey a live job holds', async () => {
+    const clock = { now: T0 }
+    const { runner } = setup(clock)
+    runner.schedule('hourly', digest, { cron: '0 * * * *', payload: { list: 'news' }, options: { uniqueKey: 'digest' } })
+    const published: JobEnqueueMessage[] = []
+    const listen = (message: unknown) => {
+      if ((message as JobEnqueueMessage).runnerId === runner.id) published.push(message as JobEnqueueMessage)
+    }
+    jobEnqueueChannel.subscribe(listen)
+    try {
+      await runner.start()
+      await runner.wake()
+      // 11:00: the tick's job is stored, and published once.
+      clock.now = T0 + 30 * MINUTE
+      await runner.wake()
+      expect((await jobs(runner)).map((j) => j.runAt)).toEqual([Date.UTC(2026, 0, 5, 11)])
+      expect(published).toEqual([{ runnerId: runner.id, kind: 'send_digest', count: 1 }])
+      // 12:00: the 11:00 job still holds the key; the schedule moves past the tick, and nothing is published.
+      clock.now = T0 + 90 * MINUTE
+      await runner.wake()
+      expect(await runner.driver.schedulesRead({ names: ['hourly'] })).toEqual([{ name: 'hourly', lastTickAt: Date.UTC(2026, 0, 5, 12) }])
+      expect((await jobs(runner)).map((j) => j.runAt)).toEqual([Date.UTC(2026, 0, 5, 11)])
+      expect(published).toHaveLength(1)
+    } finally {
+      jobEnqueueChannel.unsubscribe(listen)
+    }
   })
 
   it('a schedule removed from the code stops: a runner that no longer declares it enqueues none of its ticks', async () => {

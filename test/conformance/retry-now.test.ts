@@ -1,3 +1,4 @@
+import { randomUUID } from 'node:crypto'
 import { expect, it } from 'vitest'
 import { InvalidArgumentError, JobNotFoundError, type RunnerOptions, type Driver } from 'jobtable'
 import { describeEachBackend } from '../support/backends.js'
@@ -247,5 +248,36 @@ describeEachBackend('retry now', (backend) => {
     if (!backend.wakesOnCommit) worker.wake()
     await ends.nth(id, 1)
     expect((await worker.get(id)).status).toBe('succeeded')
+  })
+
+  it("a job that becomes retryable between retry()'s statements (found running, then failed by its final write) is queued, never answered 'not_retryable'", async () => {
+    const real = h.store.driver()
+    const id = randomUUID()
+    await real.jobInsertMany({ jobs: [{ id, kind: 'work', payload: '{"n":1}', scope: null, priority: 0, runAt: null, maxAttempts: 1, timeoutMs: null, requeueInterrupted: false }], now: T0 })
+    const [claimed] = await real.jobClaim({ limit: 1, runnerId: 'elsewhere', kinds: ['work'], now: T0 + 1 })
+    expect(claimed?.id).toBe(id)
+    // The update finds the job running; before the read, its final write fails it.
+    let moved = false
+    const driver = new Proxy(real, {
+      get(target, prop) {
+        const value = Reflect.get(target, prop, target) as unknown
+        if (typeof value !== 'function') return value
+        if (prop !== 'jobQueueNow') return (value as (...a: unknown[]) => unknown).bind(target)
+        return async (params: Parameters<Driver['jobQueueNow']>[0]) => {
+          const result = await target.jobQueueNow(params)
+          if (!moved) {
+            moved = true
+            expect(result).toBe('unchanged')
+            const failed = { id, attempt: claimed!.attempt, status: 'failed', result: null, error: 'provider_unavailable', runAt: null } as const
+            expect(await target.jobFinishMany({ finishes: [failed], now: T0 + 2 })).toEqual([true])
+          }
+          return result
+        }
+      },
+    })
+    const runner = h.runner({ driver, clock: () => T0 + 3 })
+    expect(await runner.retry(id)).toBe('queued')
+    expect(moved).toBe(true)
+    expect(await runner.get(id)).toMatchObject({ status: 'queued', error: null, attempt: 1, maxAttempts: 2, runAt: T0 + 3 })
   })
 })

@@ -1,4 +1,4 @@
-import type { Driver } from '../../driver.js'
+import type { Driver, WakeReason } from '../../driver.js'
 import type { Logger } from '../../logger.js'
 import { publishDatabaseError, publishEnqueued } from '../channels.js'
 import type { ClaimGate } from '../claim-gate.js'
@@ -12,13 +12,14 @@ import { RecurringJobs } from './recurring.js'
 import type { NewJob } from '../../driver.js'
 import type { Schedule } from '../../schedule.js'
 import { UnservedKinds } from './unserved-kinds.js'
+import { WakePoll } from './wake-poll.js'
 
 /**
  * The runner's chores around the claim, independent of the driver: one
  * small service each (the interrupted sweep, lost-claim recovery, the
  * check for kinds no runner handles, the scheduler of due jobs, the
- * cancellation watch, retention, the recurring jobs' ticks), each with
- * its own timer.
+ * cancellation watch, retention, the recurring jobs' ticks, the fallback
+ * poll for other processes' writes), each with its own timer.
  */
 export class Maintenance {
   readonly #interrupted: InterruptedSweep
@@ -41,6 +42,8 @@ export class Maintenance {
     clock: () => number
     /** Called when jobs became queued: a worker should look. */
     wake: () => void
+    /** Called by the fallback poll (WakePoll) as a notification of the driver's onWake would be. */
+    polled: (what: WakeReason) => void
     /** How many jobs run here, and how to abort some of them. */
     running: () => number
     cancel: (ids: readonly string[]) => void
@@ -48,13 +51,13 @@ export class Maintenance {
     schedules: readonly Schedule[]
     prepare: (schedule: Schedule, tick: number) => Promise<NewJob>
   }) {
-    const { driver, runnerId, gate, unknownKindGraceMs, retention, logger, clock, wake, running, cancel, schedules, prepare } = options
+    const { driver, runnerId, gate, unknownKindGraceMs, retention, logger, clock, wake, polled, running, cancel, schedules, prepare } = options
     // Every chore's failed pass is published as a database error of the runner's maintenance.
     const failed = (err: unknown) => publishDatabaseError(runnerId, 'maintenance', err)
     this.#interrupted = new InterruptedSweep(driver, runnerId, logger, clock, failed)
     this.scheduler = new Scheduler(driver, logger, clock, wake, failed)
     this.cancels = new CancelWatch(driver, runnerId, logger, running, cancel, failed)
-    this.recurring = new RecurringJobs({ driver, schedules, prepare, logger, clock, stored: wake, failed, enqueued: (kind) => publishEnqueued(runnerId, kind, 1) })
+    this.recurring = new RecurringJobs({ driver, schedules, prepare, logger, clock, stored: wake, failed, enqueued: (kind, count) => publishEnqueued(runnerId, kind, count) })
     this.#services = [
       this.#interrupted,
       new LostClaimRecovery(gate, driver.capabilities.liveness.sweepMs, logger, failed),
@@ -62,6 +65,7 @@ export class Maintenance {
       this.scheduler,
       this.cancels,
       this.recurring,
+      new WakePoll(driver, logger, polled),
     ]
     if (retention !== null) this.#services.push(new Retention(driver, retention.rules, retention.intervalMs, logger, clock))
   }

@@ -32,7 +32,7 @@ export class RecurringJobs {
   readonly #clock: () => number
   readonly #stored: () => void
   readonly #failed: ((err: unknown) => void) | undefined
-  readonly #enqueued: ((kind: string) => void) | undefined
+  readonly #enqueued: ((kind: string, count: number) => void) | undefined
   readonly #pollMs: number
   #timer: NodeJS.Timeout | undefined
   #pass: Promise<void> | undefined
@@ -44,9 +44,10 @@ export class RecurringJobs {
 
   /**
    * `prepare` makes a tick's job (validating its payload); `stored` is
-   * called after a pass stored any, `enqueued` with the kind of each job
-   * stored, `failed` with a failed pass's error (the runner publishes
-   * both, see channels.ts).
+   * called after a pass stored any, `enqueued` with the kind and count of
+   * the jobs each tick stored (never for a tick that stored none: passed
+   * over, or its unique key held by a live job), `failed` with a failed
+   * pass's error (the runner publishes both, see channels.ts).
    */
   constructor(options: {
     driver: Driver
@@ -56,7 +57,7 @@ export class RecurringJobs {
     clock: () => number
     stored: () => void
     failed?: (err: unknown) => void
-    enqueued?: (kind: string) => void
+    enqueued?: (kind: string, count: number) => void
   }) {
     this.#driver = options.driver
     this.#schedules = options.schedules
@@ -157,9 +158,10 @@ export class RecurringJobs {
 
   /**
    * Moves `schedule` to `tick` with its job; 1 when this process stored
-   * it. A payload its kind refuses (or a payload function that throws) is
-   * logged by its code only and the tick passed over: tried again, it
-   * would be refused again at every pass.
+   * it, 0 when another process moved the schedule first or a live job
+   * holds the job's unique key. A payload its kind refuses (or a payload
+   * function that throws) is logged by its code only and the tick passed
+   * over: tried again, it would be refused again at every pass.
    */
   async #enqueue(schedule: Schedule, tick: number, now: number): Promise<number> {
     let job: NewJob | undefined
@@ -171,10 +173,9 @@ export class RecurringJobs {
       const code = err instanceof JobtableError ? err.code : 'unexpected'
       this.#logger.error({ schedule: schedule.name, kind: schedule.kind, error: code }, 'a recurring job could not be made; its tick is passed over')
     }
-    const moved = await this.#driver.scheduleAdvance({ name: schedule.name, tickAt: tick, jobs: job === undefined ? [] : [job], now })
-    if (!moved || job === undefined) return 0
-    this.#enqueued?.(schedule.kind)
-    return 1
+    const { stored } = await this.#driver.scheduleAdvance({ name: schedule.name, tickAt: tick, jobs: job === undefined ? [] : [job], now })
+    if (stored > 0) this.#enqueued?.(schedule.kind, stored)
+    return stored
   }
 
   /** How long to sleep: until the nearest next tick (one ms past it), at most SLEEP_MAX_MS; the poll interval when the clock does not move (held by a test). */

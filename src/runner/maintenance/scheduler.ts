@@ -10,7 +10,7 @@ const PROMOTE_BATCH = 1_000
  * It sleeps until the nearest due time it knows of: one it was told of
  * (a job this process scheduled, `noteDue`) or the earliest read from the
  * database after each pass, which covers jobs other processes scheduled.
- * It reads again at least every `pollMs` (the driver's fallback poll), so
+ * It reads again at least every `pollMs` (the fallback poll's interval), so
  * a job another process scheduled sooner is promoted within that at
  * worst. It never polls busily: one timer, unref'd.
  *
