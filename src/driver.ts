@@ -132,8 +132,9 @@ export interface DriverMaintenance {
    */
   queueUnservedKinds(params: { now: number }): Promise<string[]>
   /**
-   * Fails with `error` the queued jobs enqueued before `createdBefore`
-   * whose kind no live runner registered, never those of a paused kind.
+   * Fails with `error` the queued jobs that became due (enqueued, or due
+   * if scheduled: the later of the two) before `createdBefore` and whose
+   * kind no live runner registered, never those of a paused kind.
    * Returns how many.
    */
   jobFailUnserved(params: { createdBefore: number; error: string; now: number }): Promise<number>
@@ -144,7 +145,9 @@ export interface DriverMaintenance {
    * that is not registered at all (it stopped, leaving a job it could not
    * finish). Never touches the jobs of `runnerId` or of any live runner.
    * A job whose cancellation was requested ends `cancelled`, never queued
-   * again. Forgets the gone runners; returns how many jobs it failed and queued again.
+   * again. Forgets the gone runners; returns how many jobs it ended
+   * (`failed`, counting those it ended `cancelled`) and how many it queued
+   * again (`requeued`).
    */
   jobFailInterrupted(params: { runnerId: string; error: string; now: number }): Promise<{ failed: number; requeued: number }>
   /**
