@@ -22,10 +22,13 @@ export interface RunAsked {
 export interface RunPolicy {
   readonly attempt: number
   readonly maxAttempts: number
-  /** Whether the kind retries a failure with this code. */
-  retries(code: string): boolean
-  /** The delay before the attempt after `attempt`, in ms. */
-  backoffMs(attempt: number): number
+  /** The kind's retry settings (a RegisteredKind). */
+  readonly kind: {
+    /** Whether the kind retries a failure with this code. */
+    retries(code: string): boolean
+    /** The delay before the attempt after `attempt`, in ms. */
+    backoffMs(attempt: number): number
+  }
   /** The runner's clock when the run ended. */
   readonly now: number
 }
@@ -64,8 +67,8 @@ export function decideEnd(outcome: Outcome, asked: RunAsked, policy: RunPolicy):
   if ('snoozeMs' in outcome) return { type: 'snoozed', runAt: policy.now + outcome.snoozeMs }
   if (asked.stopping) return { type: 'interrupted', why: 'stopping' }
   const { code, reason } = outcome
-  if (policy.retries(code) && policy.attempt < policy.maxAttempts) {
-    return { type: 'retry', code, reason, runAt: policy.now + policy.backoffMs(policy.attempt) }
+  if (policy.kind.retries(code) && policy.attempt < policy.maxAttempts) {
+    return { type: 'retry', code, reason, runAt: policy.now + policy.kind.backoffMs(policy.attempt) }
   }
   return { type: 'failed', code, reason }
 }

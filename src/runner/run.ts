@@ -49,13 +49,12 @@ const SPAN_INTERRUPTED: SpanEnd = { outcome: 'interrupted' }
  * One run: one execution of one attempt of one job, with its own
  * AbortController, so it can be aborted alone. Two runs of one job may be
  * alive at once in one process (a handler that ignored its deadline while
- * the job's next attempt starts), so a run is keyed by job id and attempt
- * (`key`), never by the job id alone. A run decides its end with
+ * the job's next attempt starts), so runs are tracked one by one, never
+ * by the job id alone. A run decides its end with
  * decideEnd (outcome.ts) and makes that final write through the completer.
  */
 export class Run {
   readonly job: ClaimedJob
-  readonly key: string
   readonly #kind: RegisteredKind
   readonly #s: RunServices
   readonly #sentAt: number
@@ -81,7 +80,6 @@ export class Run {
 
   constructor(claimed: Claimed, kind: RegisteredKind, services: RunServices) {
     this.job = claimed.job
-    this.key = runKey(claimed.job.id, claimed.job.attempt)
     this.#kind = kind
     this.#s = services
     this.#sentAt = claimed.sentAt
@@ -121,18 +119,18 @@ export class Run {
     }
     // Undefined without an OpenTelemetry SDK: no span, and the handler runs in the context it always did.
     const traced = startRun(job)
-    let span = SPAN_INTERRUPTED
+    let end: RunEnd | undefined
     try {
       const outcome = await this.#runBounded(traced)
       this.#endedAt = this.#s.clock()
       this.#settled = true
-      span = await this.#record(outcome)
+      end = await this.#record(outcome)
     } catch (err) {
-      span = { outcome: 'failed', code: CODE_INTERNAL }
+      end = { type: 'failed', code: CODE_INTERNAL, reason: 'jobtable error' }
       throw err
     } finally {
       // The span ends when the job's end is decided, without the time a handler past its deadline lingers.
-      if (traced !== undefined) endRun(traced, span)
+      if (traced !== undefined) endRun(traced, end === undefined ? SPAN_INTERRUPTED : spanEnd(end))
       if (this.#lingering !== undefined) await this.#lingering
     }
   }
@@ -261,15 +259,14 @@ export class Run {
     return { code: CODE_TIMEOUT, reason: 'deadline passed' }
   }
 
-  /** Decides the run's end and makes its final write; resolves to the end for the run's span. */
-  async #record(outcome: Outcome): Promise<SpanEnd> {
+  /** Decides the run's end and makes its final write; resolves to that end, for the run's span. */
+  async #record(outcome: Outcome): Promise<RunEnd> {
     const { job } = this
     const asked = { cancelled: this.#cancelled, stopping: this.#s.stopping.aborted, abandoned: this.abandoned }
-    const kind = this.#kind
-    const end = decideEnd(outcome, asked, { attempt: job.attempt, maxAttempts: job.maxAttempts, retries: (c) => kind.retries(c), backoffMs: (a) => kind.backoffMs(a), now: this.#s.clock() })
+    const end = decideEnd(outcome, asked, { attempt: job.attempt, maxAttempts: job.maxAttempts, kind: this.#kind, now: this.#s.clock() })
     this.#log(end)
     await this.#finish(end)
-    return spanEnd(end)
+    return end
   }
 
   #log(end: RunEnd): void {
@@ -320,11 +317,6 @@ export class Run {
     this.#s.logger.error({ job_id: this.job.id, kind: this.job.kind, code: CODE_INTERNAL }, 'unexpected error running a job')
     await this.#finish({ type: 'failed', code: CODE_INTERNAL, reason: 'jobtable error' })
   }
-}
-
-/** The key of a run: its job and its claim. */
-export function runKey(id: string, attempt: number): string {
-  return `${id}#${attempt}`
 }
 
 function spanEnd(end: RunEnd): SpanEnd {

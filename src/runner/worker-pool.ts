@@ -70,10 +70,12 @@ export class WorkerPool implements Piggyback {
   readonly #completer: Completer
   /** What every run shares. */
   readonly #services: RunServices
-  /** The live runs, by run key (job id and attempt): two attempts of one job may be alive at once. */
-  readonly #runs = new Map<string, Run>()
-  /** Each live run's end: its handler returned and its final write landed (or was given up). */
-  readonly #done = new Map<string, Promise<void>>()
+  /**
+   * The live runs, each with its end (its handler returned and its final
+   * write landed or was given up). A run is its own entry, never keyed by
+   * its job's id: two attempts of one job may be alive at once.
+   */
+  readonly #runs = new Map<Run, Promise<void>>()
   #idle: number
   /** Set when a claim may find work: a wake, a worker freed, a retry due. */
   #kicked = true
@@ -142,7 +144,7 @@ export class WorkerPool implements Piggyback {
    */
   cancel(ids: readonly string[]): void {
     const wanted = new Set(ids)
-    for (const run of this.#runs.values()) {
+    for (const run of this.#runs.keys()) {
       if (!wanted.has(run.job.id) || !run.cancel()) continue
       this.#logger.info({ job_id: run.job.id, kind: run.job.kind }, 'job cancellation requested: its signal is aborted')
     }
@@ -158,7 +160,7 @@ export class WorkerPool implements Piggyback {
    */
   async stop(timeoutMs: number): Promise<number> {
     this.#stopping.abort()
-    for (const run of this.#runs.values()) run.abortForStop()
+    for (const run of this.#runs.keys()) run.abortForStop()
     this.#kick?.()
     let timer: NodeJS.Timeout | undefined
     const deadline = new Promise<'timeout'>((resolve) => (timer = setTimeout(() => resolve('timeout'), timeoutMs)))
@@ -168,7 +170,7 @@ export class WorkerPool implements Piggyback {
       clearTimeout(timer)
     }
     let running = 0
-    for (const run of this.#runs.values()) {
+    for (const run of this.#runs.keys()) {
       run.abandoned = true
       if (!run.returned) running++
     }
@@ -183,7 +185,7 @@ export class WorkerPool implements Piggyback {
     for (;;) {
       await this.#release(this.#prefetched.splice(0))
       if (this.#runs.size === 0) break
-      await Promise.all([...this.#done.values()])
+      await Promise.all([...this.#runs.values()])
     }
     await this.#completer.idle()
     await this.#release(this.#prefetched.splice(0))
@@ -317,14 +319,12 @@ export class WorkerPool implements Piggyback {
     }
     this.#idle--
     const run = new Run(claimed, kind, this.#services)
-    this.#runs.set(run.key, run)
     const done = run
       .execute()
       // execute() handles every outcome itself; reaching here is a jobtable bug, and its text may quote job data.
       .catch(() => run.failInternal())
       .finally(() => {
-        this.#runs.delete(run.key)
-        this.#done.delete(run.key)
+        this.#runs.delete(run)
         this.#idle++
         if (this.#lookedAfter > 0) {
           // A claim was made with this job's final write: start what it found, claim nothing new.
@@ -334,6 +334,6 @@ export class WorkerPool implements Piggyback {
           this.wake()
         }
       })
-    this.#done.set(run.key, done)
+    this.#runs.set(run, done)
   }
 }

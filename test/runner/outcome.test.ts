@@ -50,7 +50,7 @@ describe('decideEnd: every outcome of a run', () => {
   it(`covers ${rows.length} cases`, () => expect(rows).toHaveLength(outcomes.length * 32))
 
   it.each(rows)('%s, asked %j, retried %s, attempts left %s', (_name, outcome, asked, retried, attemptsLeft) => {
-    const policy = { attempt: 2, maxAttempts: attemptsLeft ? 3 : 2, retries: () => retried, backoffMs: (a: number) => (a === 2 ? BACKOFF : -1), now: NOW }
+    const policy = { attempt: 2, maxAttempts: attemptsLeft ? 3 : 2, kind: { retries: () => retried, backoffMs: (a: number) => (a === 2 ? BACKOFF : -1) }, now: NOW }
     expect(decideEnd(outcome, asked, policy)).toEqual(expected(outcome, asked, retried, attemptsLeft))
   })
 })
