@@ -6,13 +6,13 @@ import { Batcher } from './batcher.js'
 import { publishDatabaseError } from './channels.js'
 
 /**
- * The claim a batch of final writes carries, when the producer wants one.
+ * The claim a batch of final writes carries, when the worker pool wants one.
  * The completer knows nothing of workers: it asks, carries the claim in
  * its transaction and hands back the answer.
  */
 export interface Piggyback {
   /**
-   * Called as a batch goes out, with how many of the producer's jobs it
+   * Called as a batch goes out, with how many of the pool's jobs it
    * finishes: the claim to make in the same transaction, or undefined
    * for none.
    */

@@ -170,7 +170,7 @@ export class Runner<D extends Driver = Driver> {
   readonly #scheduleChecks: Promise<unknown>[] = []
   readonly #enqueuer: Enqueuer
   readonly #gate: ClaimGate
-  #producer: WorkerPool | undefined
+  #pool: WorkerPool | undefined
   #liveness: Liveness | undefined
   #maintenance: Maintenance | undefined
   #state: State = 'new'
@@ -213,7 +213,7 @@ export class Runner<D extends Driver = Driver> {
     this.#onFatal = onFatal
     this.#timeoutGraceMs = timeoutGraceMs
     this.#gate = new ClaimGate(driver, this.id, clock)
-    this.#enqueuer = new Enqueuer(driver, this.id, clock, () => this.#producer?.wake(), (due) => this.#maintenance?.scheduler.noteDue(due), () => this.wake())
+    this.#enqueuer = new Enqueuer(driver, this.id, clock, () => this.#pool?.wake(), (due) => this.#maintenance?.scheduler.noteDue(due), () => this.wake())
   }
 
   /** The driver this runner uses. */
@@ -347,8 +347,8 @@ export class Runner<D extends Driver = Driver> {
    * and `busy` counts the handlers it still waits for.
    */
   workerCounts(): { readonly busy: number; readonly idle: number } {
-    const busy = this.#producer?.running ?? 0
-    return { busy, idle: this.#state === 'started' && this.#producer !== undefined ? Math.max(0, this.#workers - busy) : 0 }
+    const busy = this.#pool?.running ?? 0
+    return { busy, idle: this.#state === 'started' && this.#pool !== undefined ? Math.max(0, this.#workers - busy) : 0 }
   }
 
   /** Every kind registered here, in registration order, with its payload schema. */
@@ -364,7 +364,7 @@ export class Runner<D extends Driver = Driver> {
    * recurring schedules have enqueued the ticks it has reached.
    */
   wake(): Promise<void> {
-    this.#producer?.wake()
+    this.#pool?.wake()
     const maintenance = this.#maintenance
     if (maintenance === undefined) return Promise.resolve()
     // A transactional enqueue of a scheduled job, or a clock moved on (a test's): promote what is due, read the
@@ -405,10 +405,10 @@ export class Runner<D extends Driver = Driver> {
       retention: this.#retention,
       logger: this.#logger,
       clock: this.#clock,
-      wake: () => this.#producer?.wake(),
+      wake: () => this.#pool?.wake(),
       polled: this.#woken,
-      running: () => this.#producer?.running ?? 0,
-      cancel: (ids) => this.#producer?.cancel(ids),
+      running: () => this.#pool?.running ?? 0,
+      cancel: (ids) => this.#pool?.cancel(ids),
       schedules: [...this.#schedules.values()],
       prepare: (schedule, tick) => this.#enqueuer.prepare(this.#kinds.get(schedule.kind)!, schedule.payloadAt(tick), schedule.options, tick),
     })
@@ -433,7 +433,7 @@ export class Runner<D extends Driver = Driver> {
     this.#maintenance = maintenance
     // A stop() that came while starting waits for this, then undoes the registration: start nothing.
     if (this.#state !== 'started') return
-    this.#producer = new WorkerPool({
+    this.#pool = new WorkerPool({
       driver: this.#driver,
       runnerId: this.id,
       workers: this.#workers,
@@ -449,10 +449,10 @@ export class Runner<D extends Driver = Driver> {
       confirmAfterMs: this.#driver.capabilities.liveness.heartbeatMs,
       mayClaim: () => liveness.fresh,
     })
-    liveness.onRenewed = () => this.#producer?.wake()
+    liveness.onRenewed = () => this.#pool?.wake()
     maintenance.start()
     this.#unwake = this.#driver.onWake?.(this.#woken)
-    this.#producer.start()
+    this.#pool.start()
   }
 
   /** What a notification (the driver's onWake) or the fallback poll (WakePoll) says: the workers, the scheduler or the cancellation watch look. */
@@ -463,7 +463,7 @@ export class Runner<D extends Driver = Driver> {
       void this.#maintenance?.cancels.tick()
       return
     }
-    this.#producer?.wake()
+    this.#pool?.wake()
     this.#maintenance?.scheduler.wake()
   }
 
@@ -504,7 +504,7 @@ export class Runner<D extends Driver = Driver> {
     }
     this.#state = 'stopping'
     await this.#starting?.catch(() => undefined)
-    const abandoned = (await this.#producer?.stop(timeoutMs)) ?? 0
+    const abandoned = (await this.#pool?.stop(timeoutMs)) ?? 0
     if (abandoned > 0) {
       this.#logger.warn({ running: abandoned, timeout_ms: timeoutMs }, 'stop timed out with handlers still running; their jobs fail as interrupted at the next start')
     }
@@ -588,7 +588,7 @@ export class Runner<D extends Driver = Driver> {
     const { scope } = optionsObject(options, ['scope'], 'cancel', 'argument')
     const result = typeof id === 'string' ? await cancelJob(this.#driver, { id, scope, now: this.#clock() }) : 'missing'
     if (result === 'missing') throw new JobNotFoundError()
-    if (result === 'requested') this.#producer?.cancel([id])
+    if (result === 'requested') this.#pool?.cancel([id])
     return result
   }
 
@@ -610,7 +610,7 @@ export class Runner<D extends Driver = Driver> {
     const { scope } = optionsObject(options, ['scope'], 'retry', 'argument')
     const result = typeof id === 'string' ? await retryJobNow(this.#driver, { id, scope, now: this.#clock() }) : 'missing'
     if (result === 'missing') throw new JobNotFoundError()
-    if (result === 'queued') this.#producer?.wake()
+    if (result === 'queued') this.#pool?.wake()
     return result
   }
 
