@@ -67,7 +67,7 @@ function retriedPart(s: string, first: number, now: string): string {
                run_at = CASE WHEN j.cancel_requested THEN j.run_at ELSE f.run_at - (${now}::bigint - ${dueNow(now)}) END,
                finished_at = CASE WHEN j.cancel_requested THEN ${now}::bigint END,
                result = coalesce(f.result::jsonb, j.result), runner_id = NULL, started_at = NULL,
-               max_attempts = j.max_attempts + f.granted, updated_at = ${now}
+               max_attempts = j.max_attempts + CASE WHEN j.cancel_requested THEN 0 ELSE f.granted END, updated_at = ${now}
           FROM unnest(${ids}::text[], ${attempts}::int[], ${runAts}::bigint[], ${results}::text[], ${granted}::int[]) AS f(id, attempt, run_at, result, granted)
          WHERE j.id = f.id AND j.status = 'running' AND j.attempt = f.attempt
         RETURNING j.id`

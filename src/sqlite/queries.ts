@@ -199,7 +199,7 @@ export const retryJob = `
          run_at = CASE WHEN cancel_requested = 1 THEN run_at ELSE @runAt END,
          finished_at = CASE WHEN cancel_requested = 1 THEN @now END,
          result = coalesce(@result, result), runner_id = NULL, started_at = NULL,
-         max_attempts = max_attempts + @grant, updated_at = @now
+         max_attempts = max_attempts + CASE WHEN cancel_requested = 1 THEN 0 ELSE @grant END, updated_at = @now
    WHERE id = @id AND status = 'running' AND attempt = @attempt`
 
 /**
