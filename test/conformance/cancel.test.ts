@@ -1,7 +1,8 @@
 import { randomUUID } from 'node:crypto'
 import { describe, expect, it } from 'vitest'
-import { defineKind, type Driver, InvalidArgumentError, JobNotFoundError, type Runner } from 'jobtable'
+import { defineKind, InvalidArgumentError, JobNotFoundError, type Runner } from 'jobtable'
 import { postgresBackend, sqliteBackend, type Backend } from '../support/backends.js'
+import { afterFirstCall } from '../support/intercept.js'
 import { echoPayload, harness } from '../support/harness.js'
 import { aborted, gate, track } from '../support/wait.js'
 
@@ -359,26 +360,13 @@ describe.each(quiet)('$name: cancellation', (backend) => {
     const [claimed] = await real.jobClaim({ limit: 1, runnerId: 'elsewhere', kinds: ['work'], now: T0 + 1 })
     expect(claimed?.id).toBe(id)
     // The first statement finds the job running, not waiting; before the second, its handler's retry write sends it back, due in an hour.
-    let moved = false
-    const driver = new Proxy(real, {
-      get(target, prop) {
-        const value = Reflect.get(target, prop, target) as unknown
-        if (typeof value !== 'function') return value
-        if (prop !== 'jobCancelWaiting') return (value as (...a: unknown[]) => unknown).bind(target)
-        return async (params: Parameters<Driver['jobCancelWaiting']>[0]) => {
-          const cancelled = await target.jobCancelWaiting(params)
-          if (!moved) {
-            moved = true
-            const retry = { id, attempt: claimed!.attempt, status: 'retry', result: null, error: null, runAt: T0 + 3_600_000 } as const
-            expect(await target.jobFinishMany({ finishes: [retry], now: T0 + 2 })).toEqual([true])
-          }
-          return cancelled
-        }
-      },
+    const { driver, fired } = afterFirstCall(real, 'jobCancelWaiting', async () => {
+      const retry = { id, attempt: claimed!.attempt, status: 'retry', result: null, error: null, runAt: T0 + 3_600_000 } as const
+      expect(await real.jobFinishMany({ finishes: [retry], now: T0 + 2 })).toEqual([true])
     })
     const runner = h.runner({ driver, clock: () => T0 + 3 })
     expect(await runner.cancel(id)).toBe('cancelled')
-    expect(moved).toBe(true)
+    expect(fired()).toBe(true)
     expect(await runner.get(id)).toMatchObject({ status: 'cancelled', error: null })
   })
 })

@@ -3,6 +3,7 @@ import { expect, it } from 'vitest'
 import { InvalidArgumentError, JobNotFoundError, type RunnerOptions, type Driver } from 'jobtable'
 import { describeEachBackend } from '../support/backends.js'
 import { endsOf, ledger } from '../support/attempts.js'
+import { afterFirstCall } from '../support/intercept.js'
 import { echoPayload, harness } from '../support/harness.js'
 import { gate, track } from '../support/wait.js'
 
@@ -257,27 +258,14 @@ describeEachBackend('retry now', (backend) => {
     const [claimed] = await real.jobClaim({ limit: 1, runnerId: 'elsewhere', kinds: ['work'], now: T0 + 1 })
     expect(claimed?.id).toBe(id)
     // The update finds the job running; before the read, its final write fails it.
-    let moved = false
-    const driver = new Proxy(real, {
-      get(target, prop) {
-        const value = Reflect.get(target, prop, target) as unknown
-        if (typeof value !== 'function') return value
-        if (prop !== 'jobQueueNow') return (value as (...a: unknown[]) => unknown).bind(target)
-        return async (params: Parameters<Driver['jobQueueNow']>[0]) => {
-          const result = await target.jobQueueNow(params)
-          if (!moved) {
-            moved = true
-            expect(result).toBe('unchanged')
-            const failed = { id, attempt: claimed!.attempt, status: 'failed', result: null, error: 'provider_unavailable', runAt: null } as const
-            expect(await target.jobFinishMany({ finishes: [failed], now: T0 + 2 })).toEqual([true])
-          }
-          return result
-        }
-      },
+    const { driver, fired } = afterFirstCall(real, 'jobQueueNow', async (result) => {
+      expect(result).toBe('unchanged')
+      const failed = { id, attempt: claimed!.attempt, status: 'failed', result: null, error: 'provider_unavailable', runAt: null } as const
+      expect(await real.jobFinishMany({ finishes: [failed], now: T0 + 2 })).toEqual([true])
     })
     const runner = h.runner({ driver, clock: () => T0 + 3 })
     expect(await runner.retry(id)).toBe('queued')
-    expect(moved).toBe(true)
+    expect(fired()).toBe(true)
     expect(await runner.get(id)).toMatchObject({ status: 'queued', error: null, attempt: 1, maxAttempts: 2, runAt: T0 + 3 })
   })
 })
