@@ -42,7 +42,7 @@ export interface Claimed {
   readonly sentAt: number
 }
 
-/** What a run's end holds its worker for: whether its final write freed the worker. */
+/** The span's end of a run that recorded nothing: the next start fails the job as interrupted, or queues it again. */
 const SPAN_INTERRUPTED: SpanEnd = { outcome: 'interrupted' }
 
 /**
@@ -50,8 +50,8 @@ const SPAN_INTERRUPTED: SpanEnd = { outcome: 'interrupted' }
  * AbortController, so it can be aborted alone. Two runs of one job may be
  * alive at once in one process (a handler that ignored its deadline while
  * the job's next attempt starts), so runs are tracked one by one, never
- * by the job id alone. A run decides its end with
- * decideEnd (outcome.ts) and makes that final write through the completer.
+ * by the job id alone. A run decides its end with decideEnd (outcome.ts)
+ * and makes that final write through the completer.
  */
 export class Run {
   readonly job: ClaimedJob
