@@ -2,13 +2,13 @@ import { randomUUID } from 'node:crypto'
 import { mkdtempSync, rmSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
-import Database from 'better-sqlite3'
 import pg from 'pg'
 import { afterEach, describe, expect, it } from 'vitest'
 import { DatabaseError, type Driver, type JobFinish, type NewJob } from 'jobtable'
 import { postgres } from 'jobtable/postgres'
 import { sqlite } from 'jobtable/sqlite'
 import { PG_URL, postgresSkipReason, testSchema } from '../support/backends.js'
+import { faultyPool, hookSqlite, type NativeFault, pgError, sqliteError, withFault } from '../reliability/support/faults-native.js'
 
 /**
  * A batch of final writes that sends some jobs back (a retry, a snooze)
@@ -22,83 +22,19 @@ import { PG_URL, postgresSkipReason, testSchema } from '../support/backends.js'
  * claimed again in between.
  *
  * The faults are raised beneath the driver, where the database library
- * raises them: the nth statement the driver sends within one call (BEGIN,
- * COMMIT and ROLLBACK aside) fails before it runs.
+ * raises them (faults-native.ts): the nth statement the driver sends
+ * within one call (BEGIN, COMMIT and ROLLBACK aside) fails before it runs.
  */
-
-/** Which statement of the next call fails: 0 for none. Counted over the statements sent since it was armed. */
-const fault = { failAt: 0, seen: 0, raised: false }
-
-function arm(nth: number): void {
-  fault.failAt = nth
-  fault.seen = 0
-  fault.raised = false
-}
-
-function disarm(): void {
-  fault.failAt = 0
-}
-
-/** Whether this statement is the one to fail; transaction control statements pass and are not counted. */
-function shouldFail(text: string): boolean {
-  if (fault.failAt === 0 || fault.raised || /^\s*(BEGIN|COMMIT|ROLLBACK|SAVEPOINT|RELEASE)\b/i.test(text)) return false
-  fault.seen++
-  if (fault.seen !== fault.failAt) return false
-  fault.raised = true
-  return true
-}
-
-let sqliteHooked = false
-
-/** Wraps better-sqlite3's Statement methods once, so the armed statement throws SQLITE_BUSY as the library would. */
-function hookSqlite(): void {
-  if (sqliteHooked) return
-  sqliteHooked = true
-  const probe = new Database(':memory:')
-  const proto = Object.getPrototypeOf(probe.prepare('SELECT 1')) as Record<string, (...args: unknown[]) => unknown>
-  probe.close()
-  for (const method of ['run', 'get', 'all', 'iterate']) {
-    const real = proto[method]!
-    proto[method] = function (this: { source: string }, ...args: unknown[]) {
-      if (shouldFail(this.source)) throw new Database.SqliteError('injected SQLITE_BUSY', 'SQLITE_BUSY')
-      return real.apply(this, args)
-    }
-  }
-}
-
-/** A pg Pool whose clients fail the armed statement with a serialization failure (40001), after a turn of the event loop, as a server answers. */
-function faultyPool(): pg.Pool {
-  const pool = new pg.Pool({ connectionString: PG_URL, max: 4 })
-  pool.on('error', () => undefined)
-  const hooked = new WeakSet<pg.PoolClient>()
-  const connect = pool.connect.bind(pool) as () => Promise<pg.PoolClient>
-  pool.connect = (async () => {
-    const client = await connect()
-    if (!hooked.has(client)) {
-      hooked.add(client)
-      const query = client.query.bind(client) as (config: string | { text: string }, values?: unknown[]) => Promise<unknown>
-      client.query = ((config: string | { text: string }, values?: unknown[]) => {
-        if (shouldFail(typeof config === 'string' ? config : config.text)) {
-          const err = new pg.DatabaseError('injected 40001', 0, 'error')
-          err.code = '40001'
-          return new Promise((_, reject) => setImmediate(() => reject(err)))
-        }
-        return query(config, values)
-      }) as never
-    }
-    return client
-  }) as never
-  return pool
-}
 
 interface Opened {
   readonly driver: Driver
   drop(): Promise<void>
 }
 
-const backends: { name: string; skip?: string; open(): Promise<Opened> }[] = [
+const backends: { name: string; skip?: string; error: NativeFault['error']; open(): Promise<Opened> }[] = [
   {
     name: 'sqlite',
+    error: sqliteError('SQLITE_BUSY'),
     async open() {
       hookSqlite()
       const dir = mkdtempSync(join(tmpdir(), 'jobtable-defects-'))
@@ -115,9 +51,10 @@ const backends: { name: string; skip?: string; open(): Promise<Opened> }[] = [
   {
     name: 'postgres',
     skip: postgresSkipReason,
+    error: pgError('40001'),
     async open() {
       const schema = testSchema()
-      const pool = faultyPool()
+      const pool = faultyPool(PG_URL)
       const driver = postgres({ pool, schema, listen: false, pollIntervalMs: 3_600_000 })
       return {
         driver,
@@ -156,7 +93,6 @@ describe.each(backends)('$name: a batch of final writes with send-backs is atomi
   }
   let opened: Opened | undefined
   afterEach(async () => {
-    disarm()
     await opened?.drop()
     opened = undefined
   })
@@ -166,6 +102,7 @@ describe.each(backends)('$name: a batch of final writes with send-backs is atomi
       opened = await backend.open()
       const { driver } = opened
       // One round per statement the call may send; a round past the statements it sends raises nothing.
+      let faulted = 0
       for (let nth = 1; nth <= 4; nth++) {
         const jobs = [job('work'), job('work'), job('work')]
         await driver.jobInsertMany({ jobs, now: T0 })
@@ -178,18 +115,17 @@ describe.each(backends)('$name: a batch of final writes with send-backs is atomi
           { id: succeeded.id, attempt: 1, status: 'succeeded', result: '{"ok":true}', error: null, runAt: null },
         ]
 
-        arm(nth)
-        const first = await methods[method](driver, finishes).then(
+        let raised = false
+        const first = await withFault({ mode: 'fail', error: backend.error, nth }, () => (raised = true), () => methods[method](driver, finishes)).then(
           (applied) => ({ applied }),
           (err: unknown) => ({ err }),
         )
-        const raised = fault.raised
-        disarm()
         if (!raised) {
           // The call sent fewer statements than nth: it ran untouched.
           expect(first).toEqual({ applied: [true, true, true] })
           continue
         }
+        faulted++
         expect('err' in first && first.err instanceof DatabaseError && first.err.transient, `round ${nth}`).toBe(true)
         // Nothing of the failed attempt is visible: every job is still running under its claim.
         for (const j of jobs) expect((await driver.jobGet({ id: j.id }))?.status, `round ${nth}`).toBe('running')
@@ -202,6 +138,8 @@ describe.each(backends)('$name: a batch of final writes with send-backs is atomi
         expect(ended?.status).toBe('succeeded')
         expect(JSON.parse(ended!.result!)).toEqual({ ok: true })
       }
+      // The call sends at least one statement the fault can fail: a round that raised nothing proves nothing.
+      expect(faulted).toBeGreaterThan(0)
     })
   }
 })

@@ -20,6 +20,8 @@ export interface NativeFault {
   readonly mode: 'fail' | 'lost'
   /** The error the library would raise. */
   readonly error: () => Error
+  /** With `fail`: which statement of the call fails, counting neither BEGIN, COMMIT nor ROLLBACK. Default 1. */
+  readonly nth?: number
 }
 
 interface CallState {
@@ -27,6 +29,8 @@ interface CallState {
   inTransaction: boolean
   /** Set once the fault has been raised: one per call. */
   raised: boolean
+  /** How many statements of the call (BEGIN, COMMIT and ROLLBACK aside) have been sent, for `nth`. */
+  sent: number
   onRaise: () => void
 }
 
@@ -34,7 +38,7 @@ const current = new AsyncLocalStorage<CallState>()
 
 /** Runs fn (one driver call) with `fault` armed for the statements it sends; onRaise is told when the fault is raised. */
 export function withFault<T>(fault: NativeFault, onRaise: () => void, fn: () => T): T {
-  return current.run({ fault, inTransaction: false, raised: false, onRaise }, fn)
+  return current.run({ fault, inTransaction: false, raised: false, sent: 0, onRaise }, fn)
 }
 
 /** Runs fn (one driver call) with no fault armed, even when called from within a faulted call's context. */
@@ -56,7 +60,11 @@ function decide(text: string): 'pass' | 'fail' | 'lost' {
     return 'pass'
   }
   let verdict: 'pass' | 'fail' | 'lost' = 'pass'
-  if (call.fault.mode === 'fail') verdict = 'fail'
+  if (call.fault.mode === 'fail') {
+    // Without nth, whatever statement comes first fails (a COMMIT too); with it, a call that sends fewer statements runs untouched.
+    const failing = head.startsWith('COMMIT') ? call.fault.nth === undefined : ++call.sent === (call.fault.nth ?? 1)
+    verdict = failing ? 'fail' : 'pass'
+  }
   else if (head.startsWith('COMMIT') || !call.inTransaction) verdict = 'lost'
   if (head.startsWith('COMMIT')) call.inTransaction = false
   if (verdict !== 'pass') {
