@@ -28,6 +28,9 @@ const KILLS = size('random_kills_kills', 2, 100)
 const PG_WORKERS = size('random_kills_pg_workers', 4, 8)
 const SQLITE_WORKERS = size('random_kills_sqlite_workers', 6, 16)
 const LEASE_MS = 3_000
+/** Jobs that run LONG_MS, enqueued first: the first kill waits for one to start and kills its process. */
+const LONG = 2
+const LONG_MS = 5_000
 const BACKENDS = ['sqlite', 'postgres'] as const
 
 const random = (from: number, to: number) => from + Math.floor(Math.random() * (to - from + 1))
@@ -50,21 +53,39 @@ async function randomKills(backend: (typeof BACKENDS)[number], rolling: boolean)
     for (let slot = 0; slot < processes; slot++) spawn(slot)
     await Promise.all(slots.map((p) => p.ready))
 
-    // Enqueued once every process is up, so the kills fall while the jobs run.
+    // Enqueued once every process is up, so the kills fall while the jobs run. The first LONG jobs run for
+    // LONG_MS: the first kill falls on a process running one of them, so at least one kill lands on a running
+    // handler however fast the short jobs drain (without them a run on a fast machine could drain between kills).
     const kinds = rolling ? [store.kinds.work, store.kinds.work_v2] : [store.kinds.work]
     const ids: string[] = []
     for (const [k, kind] of kinds.entries()) {
       const n = Math.floor(JOBS / kinds.length) + (k < JOBS % kinds.length ? 1 : 0)
-      ids.push(...(await retryTransient(() => kind.enqueueMany(Array.from({ length: n }, () => ({ ms: random(0, 200) }))), 50)))
+      ids.push(...(await retryTransient(() => kind.enqueueMany(Array.from({ length: n }, (_, i) => ({ ms: k === 0 && i < LONG ? LONG_MS : random(0, 200) }))), 50)))
     }
     expect(ids).toHaveLength(JOBS)
+    const longIds = new Set(ids.slice(0, LONG))
 
     const t0 = Date.now()
     for (let k = 0; k < KILLS; k++) {
       await sleep(random(200, 2_000))
       // A process chosen at random among those up (one still starting has no job to lose).
       await waitFor('a worker to be up', () => slots.some((p) => ready.has(p)))
-      const up = slots.flatMap((p, slot) => (ready.has(p) ? [slot] : []))
+      let up = slots.flatMap((p, slot) => (ready.has(p) ? [slot] : []))
+      if (k === 0) {
+        // The first kill: among the processes running a long job, which has LONG_MS to go.
+        const runningLong = (slot: number) => {
+          let ledger: ReturnType<typeof store.ledger>
+          try {
+            ledger = store.ledger()
+          } catch {
+            return false // a line read while it was being written: read again at the next look
+          }
+          const lines = ledger.filter((l) => l.pid === slots[slot]!.child.pid && l.id !== null && longIds.has(l.id))
+          return lines.some((l) => l.e === 'start' && !lines.some((e) => e.e === 'end' && e.id === l.id))
+        }
+        await waitFor('a long job to start', () => up.some(runningLong))
+        up = up.filter(runningLong)
+      }
       const slot = up[random(0, up.length - 1)]!
       slots[slot]!.child.kill('SIGKILL')
       expect(await exitOf(slots[slot]!, 'a killed worker')).toBe('SIGKILL')
