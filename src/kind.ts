@@ -192,11 +192,14 @@ export function splitDefinition(name: string, definition: KindDefinition<Standar
 /**
  * The application's hook for what a handler threw (runner option
  * `onHandlerError`): called in the handler's process with the thrown
- * value itself, for anything but a declared failure or a snooze.
- * jobtable never stores, returns or logs that value; the hook is the one
- * place the application sees it (to log it, or report it to Sentry).
+ * value itself whenever a throw ends the attempt as a failure, with the
+ * code the job gets for it: `internal_error` for anything undeclared, or
+ * the declared code of a thrown JobFailure (`job.fail`). Never for a
+ * snooze. jobtable never stores, returns or logs that value; the hook is
+ * the one place the application sees it (to log it, or report it to an
+ * error tracker).
  */
-export type HandlerErrorHook = (error: unknown, job: { readonly id: string; readonly kind: string; readonly attempt: number }) => void
+export type HandlerErrorHook = (error: unknown, job: { readonly id: string; readonly kind: string; readonly attempt: number; readonly code: string }) => void
 
 /** The outcome of running one job's handler: a public result, or a failure code and a loggable reason. */
 export type Outcome = { readonly result: string } | { readonly code: string; readonly reason: string } | { readonly snoozeMs: number }
@@ -283,7 +286,7 @@ export class RegisteredKind {
    * failure is one of a few fixed phrases: nothing the handler threw is
    * kept, not even to log.
    */
-  async run(payloadText: string, ctx: JobContext<unknown>, thrown?: (error: unknown) => void): Promise<Outcome> {
+  async run(payloadText: string, ctx: JobContext<unknown>, thrown?: (error: unknown, code: string) => void): Promise<Outcome> {
     const handler = this.handler
     if (handler === undefined) return { code: CODE_INTERNAL, reason: 'no handler in this runner' }
     // Awaited only when asynchronous: a synchronous schema or handler costs no extra turn per job.
@@ -301,8 +304,8 @@ export class RegisteredKind {
       if (isThenable(result)) result = await result
     } catch (error) {
       const outcome = this.#classify(error)
-      // What the handler threw reaches the application's own hook, in this process only, unless it was a declared failure or a snooze.
-      if (thrown !== undefined && 'code' in outcome && outcome.code === CODE_INTERNAL) thrown(error)
+      // What the handler threw reaches the application's own hook, in this process only, when it ends the attempt as a failure (not a snooze).
+      if (thrown !== undefined && 'code' in outcome) thrown(error, outcome.code)
       return outcome
     }
     try {

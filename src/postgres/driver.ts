@@ -43,8 +43,13 @@ export interface PgQueryable {
 export interface PostgresOptions {
   /** The application's own pg Pool; it stays open on close. Handle its 'error' event as pg asks. */
   readonly pool?: pg.Pool
-  /** A connection string; the driver opens its own pool and closes it on close. */
-  readonly connectionString?: string
+  /**
+   * A connection string; the driver opens its own pool and closes it on
+   * close. `undefined` is accepted by the type, so that
+   * `connectionString: process.env.DATABASE_URL` compiles, and refused at
+   * run time with an error that says the variable is not set.
+   */
+  readonly connectionString?: string | undefined
   /** The PostgreSQL schema holding jobtable's tables, created when missing. Default `jobtable`. */
   readonly schema?: string
   /**
@@ -151,6 +156,9 @@ export class PostgresDriver implements Driver<PgQueryable, false> {
     const { pool, connectionString, schema = 'jobtable', listen = true, pollIntervalMs = 1_000, leaseMs = 30_000, preparedStatements = true } = options
     const { statementTimeoutMs = 10_000 } = options
     const { sweepIntervalMs = Math.max(1, Math.floor(leaseMs / 2)) } = options
+    if (pool === undefined && connectionString === undefined && 'connectionString' in options) {
+      throw new ConfigError('postgres: connectionString is undefined (is the environment variable you read it from, such as DATABASE_URL, set?)')
+    }
     if ((pool === undefined) === (connectionString === undefined)) {
       throw new ConfigError('postgres: give either pool (a pg Pool) or connectionString')
     }
@@ -176,7 +184,9 @@ export class PostgresDriver implements Driver<PgQueryable, false> {
     this.#deadlines = new Deadlines(statementTimeoutMs)
     this.capabilities = { txSync: false, liveness: { heartbeatMs: Math.floor(leaseMs / 3), sweepMs: sweepIntervalMs }, pollMs: pollIntervalMs }
     this.#ownsPool = pool === undefined
-    this.#pool = pool ?? new pg.Pool({ connectionString, connectionTimeoutMillis: 5_000, keepAlive: true })
+    // allowExitOnIdle: a process that enqueues and never calls close() (a script, a web process at its end) exits once its
+    // connections are idle, instead of waiting out the pool's idle timer.
+    this.#pool = pool ?? new pg.Pool({ connectionString, connectionTimeoutMillis: 5_000, keepAlive: true, allowExitOnIdle: true })
     // An idle connection the server drops emits 'error' on the pool; the
     // next query on a fresh connection is the recovery, so ours must not
     // crash the process. A pool handed in is the application's to watch.

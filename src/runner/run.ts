@@ -205,7 +205,7 @@ export class Run {
   #call(traced: RunTrace | undefined): Promise<Outcome> {
     const ctx = this.#context()
     const hook = this.#s.onHandlerError
-    const thrown = hook === undefined ? undefined : (error: unknown) => reportHandlerError(hook, error, this.job, this.#s.logger)
+    const thrown = hook === undefined ? undefined : (error: unknown, code: string) => reportHandlerError(hook, error, code, this.job, this.#s.logger)
     // No closure without a span: this is the hot path.
     if (traced === undefined) return this.#kind.run(this.job.payload, ctx, thrown)
     return withinRun(traced, () => this.#kind.run(this.job.payload, ctx, thrown))
@@ -332,9 +332,9 @@ function spanEnd(end: RunEnd): SpanEnd {
 }
 
 /** Calls the application's handler-error hook; a hook that throws is logged by its class only. */
-function reportHandlerError(hook: HandlerErrorHook, error: unknown, job: ClaimedJob, logger: Logger): void {
+function reportHandlerError(hook: HandlerErrorHook, error: unknown, code: string, job: ClaimedJob, logger: Logger): void {
   try {
-    hook(error, { id: job.id, kind: job.kind, attempt: job.attempt })
+    hook(error, { id: job.id, kind: job.kind, attempt: job.attempt, code })
   } catch {
     logger.error({ job_id: job.id, kind: job.kind }, 'onHandlerError threw; ignored')
   }

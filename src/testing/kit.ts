@@ -177,11 +177,11 @@ export interface TestKit<K = undefined, D extends Driver = SqliteDriver> extends
   /** Every job (or those the filter names) in insertion order, read through the runner. */
   jobs(filter?: JobsFilter): Promise<TestJob[]>
   /**
-   * What the job's handler threw, other than a declared failure or a
-   * snooze, one entry per attempt that threw: the error behind an
-   * `internal_error`, which jobtable never stores or logs (the runner's
-   * `onHandlerError` hands it to the kit). Empty for a job whose handler
-   * threw nothing.
+   * What the job's handler threw, one entry per attempt a throw ended as
+   * a failure (a declared failure's JobFailure, or the error behind an
+   * `internal_error`, which jobtable never stores or logs; a snooze is
+   * not kept): the runner's `onHandlerError` hands it to the kit. Empty
+   * for a job whose handler threw nothing.
    */
   thrown(id: string): unknown[]
   /**

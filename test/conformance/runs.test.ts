@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest'
 import { z } from 'zod'
-import { CODE_INTERRUPTED, CODE_TIMEOUT, defineKind, type Driver } from 'jobtable'
+import { CODE_INTERRUPTED, CODE_TIMEOUT, defineKind, JobFailure, type Driver } from 'jobtable'
 import { describeEachBackend, postgresBackend } from '../support/backends.js'
 import { harness } from '../support/harness.js'
 import { captureLogs } from '../support/logs.js'
@@ -185,7 +185,7 @@ describeEachBackend('runs', (backend) => {
     seen.stop()
   })
 
-  it('onHandlerError sees what a handler threw, in its process; the job fails internal_error and nothing stores the text', async () => {
+  it('onHandlerError sees what a handler threw, in its process, with the code the job got; nothing stores the text', async () => {
     const seen: { error: unknown; job: unknown }[] = []
     const runner = h.runner({ clock: () => T0, onHandlerError: (error, job) => seen.push({ error, job }) })
     const kind = runner.register('mail.send', {
@@ -200,9 +200,17 @@ describeEachBackend('runs', (backend) => {
     await runner.start()
     const ids = [await kind.enqueue({ n: 1 }), await kind.enqueue({ n: 2 }), await kind.enqueue({ n: 3 })]
     for (const id of ids) await until(runner, id, (j) => j.status === 'failed')
-    expect(seen.map((s) => s.job)).toEqual(expect.arrayContaining([{ id: ids[0], kind: 'mail.send', attempt: 1 }, { id: ids[2], kind: 'mail.send', attempt: 1 }]))
-    expect(seen).toHaveLength(2)
+    expect(seen.map((s) => s.job)).toEqual(
+      expect.arrayContaining([
+        { id: ids[0], kind: 'mail.send', attempt: 1, code: 'internal_error' },
+        { id: ids[1], kind: 'mail.send', attempt: 1, code: 'mailbox_full' },
+        { id: ids[2], kind: 'mail.send', attempt: 1, code: 'internal_error' },
+      ]),
+    )
+    expect(seen).toHaveLength(3)
     expect(seen.find((s) => (s.job as { id: string }).id === ids[0])!.error).toBeInstanceOf(TypeError)
+    expect(seen.find((s) => (s.job as { id: string }).id === ids[1])!.error).toBeInstanceOf(JobFailure)
+    expect(seen.find((s) => (s.job as { id: string }).id === ids[2])!.error).toBe('a string')
     expect((await runner.get(ids[0]!)).error).toBe('internal_error')
     expect((await runner.get(ids[1]!)).error).toBe('mailbox_full')
     expect(await h.store.dump()).not.toContain('sk-secret-1')

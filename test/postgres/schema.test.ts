@@ -161,6 +161,9 @@ describe.skipIf(skip !== undefined)('postgres: schema and migrations', () => {
       expect(() => postgres({ connectionString: PG_URL, schema: bad })).toThrow(ConfigError)
     }
     expect(() => postgres({} as never)).toThrow(ConfigError)
+    // An unset environment variable compiles (the type takes undefined) and is named at run time.
+    const unset: string | undefined = process.env['JOBTABLE_TEST_UNSET_URL']
+    expect(() => postgres({ connectionString: unset })).toThrow(/connectionString is undefined \(is the environment variable/)
     expect(() => postgres({ connectionString: PG_URL, pool: new pg.Pool() })).toThrow(ConfigError)
     expect(() => postgres({ connectionString: PG_URL, leaseMs: 0 })).toThrow(ConfigError)
     expect(() => postgres({ connectionString: PG_URL, pollIntervalMs: 1.5 })).toThrow(ConfigError)

@@ -180,7 +180,7 @@ describeKits('testing: reading jobs', (kits: KitMaker) => {
     await expect(kit.job('01a00000-0000-7000-8000-000000000000')).rejects.toThrow(JobNotFoundError)
   })
 
-  it('kit.thrown() keeps what a handler threw behind its internal_error (neither a JobFailure nor a snooze), and the job fails as it would', async () => {
+  it('kit.thrown() keeps what each failed attempt threw (a declared failure, the error behind an internal_error; never a snooze), and the job fails as it would', async () => {
     const bug = new TypeError("Cannot read properties of undefined (reading 'qty')")
     const kit = await kits.kit({
       clock: 0,
@@ -206,7 +206,10 @@ describeKits('testing: reading jobs', (kits: KitMaker) => {
     const sync = await kit.kinds.sync.enqueue({ n: 1 })
     await kit.drain({ advance: true })
     expect(await kit.job(flaky)).toMatchObject({ status: 'failed', error: 'internal_error', attempt: 5 })
-    expect(kit.thrown(flaky)).toEqual([bug, bug, bug])
+    const [declared, ...bugs] = kit.thrown(flaky)
+    expect(declared).toBeInstanceOf(JobFailure)
+    expect((declared as JobFailure).code).toBe('busy')
+    expect(bugs).toEqual([bug, bug, bug])
     expect(await kit.job(sync)).toMatchObject({ status: 'failed', error: 'internal_error' })
     expect(kit.thrown(sync)).toEqual([bug])
     expect(kit.thrown('01a00000-0000-7000-8000-000000000000')).toEqual([])
@@ -214,7 +217,7 @@ describeKits('testing: reading jobs', (kits: KitMaker) => {
 
   it("an onHandlerError of the test's own is called too, with the job, and thrown() still keeps the error", async () => {
     const bug = new RangeError('off by one')
-    const seen: [unknown, { id: string; kind: string; attempt: number }][] = []
+    const seen: [unknown, { id: string; kind: string; attempt: number; code: string }][] = []
     const kit = await kits.kit({
       runner: { onHandlerError: (error, job) => seen.push([error, { ...job }]) },
       register: (runner) =>
@@ -224,7 +227,7 @@ describeKits('testing: reading jobs', (kits: KitMaker) => {
     })
     const id = await kit.kinds.enqueue({ n: 1 })
     await kit.drain()
-    expect(seen).toEqual([[bug, { id, kind: 'ping', attempt: 1 }]])
+    expect(seen).toEqual([[bug, { id, kind: 'ping', attempt: 1, code: 'internal_error' }]])
     expect(kit.thrown(id)).toEqual([bug])
   })
 
