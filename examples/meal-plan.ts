@@ -117,14 +117,19 @@ const DEMO_EVERY_MS = 3_000
 
 async function main(): Promise<void> {
   const path = process.env.JOBTABLE_DB ?? 'jobtable-example.db'
-  await using runner = new Runner({ driver: sqlite({ path }), workers: 4 })
+  const runner = new Runner({ driver: sqlite({ path }), workers: 4 })
   const { mealPlan, importRecipe } = registerKinds(runner)
   await runner.start()
-  await watch(
-    runner,
-    async () => [await mealPlan.enqueue({ household: 'h1', days: 3 }), await importRecipe.enqueue({ url: 'https://recipes.example/' })],
-    `in ${path}`,
-  )
+  // close() in a finally rather than `await using`, which Node 20 cannot run as tsc --init compiles it.
+  try {
+    await watch(
+      runner,
+      async () => [await mealPlan.enqueue({ household: 'h1', days: 3 }), await importRecipe.enqueue({ url: 'https://recipes.example/' })],
+      `in ${path}`,
+    )
+  } finally {
+    await runner.close()
+  }
 }
 
 if (import.meta.url === `file://${process.argv[1]}`) await main()

@@ -148,17 +148,20 @@ const JOB_FAILURE_BRAND = Symbol.for('jobtable.JobFailure')
  * fails the job with `internal_error`. It carries no message of its own:
  * only the code is ever stored.
  *
- * The code is a type argument, so a typo in it does not compile:
+ * With the codes as a type argument a typo does not compile:
  * `new JobFailure<'no_recipe_found'>('no_recipe_found')`, or
  * `new JobFailure<Codes>(code)` with the kind's declared codes (a
- * handler's `fail(code)` and a definition's `failure(code)` infer it).
+ * handler's `fail(code)` and a definition's `failure(code)` are typed by
+ * the kind). Without one any string compiles, as it would from
+ * JavaScript: the kind's declared codes are checked when the job fails,
+ * and any other code fails it with `internal_error`.
  *
  * `thrown instanceof JobFailure` holds for a JobFailure made by another
  * copy of jobtable too (a globally installed command loading a project's
  * kinds module): it checks the brand, not the prototype. A subclass's
  * `instanceof` keeps its ordinary prototype check.
  */
-export class JobFailure<const Code extends string = never> extends Error {
+export class JobFailure<Code extends string = string> extends Error {
   readonly code: string
   constructor(code: NoInfer<Code>) {
     super(`jobtable: failure ${code}`)

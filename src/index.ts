@@ -30,7 +30,7 @@ export type {
   DatabaseOperation,
 } from './runner/runner.js'
 export { defineKind } from './kind.js'
-export type { ScheduleDefinition, ScheduleEnqueueOptions, MissedTicks } from './schedule.js'
+export type { ScheduleDefinition, ScheduleEnqueueOptions, ScheduleInfo, MissedTicks } from './schedule.js'
 export type { JobContext, KindDefinition, KindDef, KindOptions, Handler, HandlerErrorHook, RetryOptions, KindLimit } from './kind.js'
 export type { Logger } from './logger.js'
 export type { CancelResult, RetryNowResult, QueueNowResult, ScheduleAdvance, JobCount, WakeReason, Driver, DriverBase, DriverHotPath, DriverMaintenance, DriverPresence, DriverAdmin, DriverWakeups, DriverCapabilities, LivenessCapability, NewJob, InsertResult, ClaimedJob, ClaimParams, FinishAndClaimParams, FinishAndClaimResult, JobFinish, JobRow, JobListParams, QueueCount } from './driver.js'

@@ -11,7 +11,8 @@ import { optionsObject } from './options.js'
  */
 export type MissedTicks = 'last' | 'skip' | 'all'
 
-const MISSED: readonly MissedTicks[] = ['last', 'skip', 'all']
+/** Every MissedTicks policy. */
+export const MISSED: readonly MissedTicks[] = ['last', 'skip', 'all']
 
 /** The enqueue options a schedule's jobs may have: every tick's job is due at its tick. */
 export interface ScheduleEnqueueOptions {
@@ -49,6 +50,34 @@ export interface ScheduleDefinition<In = unknown> {
 }
 
 const DEFINITION_KEYS = ['cron', 'timezone', 'payload', 'options', 'missed'] as const
+
+/**
+ * A recurring schedule as `runner.schedules()` lists it: what the runner
+ * declared, with the last tick the database recorded and the next one.
+ * Never its payload, nor its enqueue options (a payload may hold private
+ * data).
+ */
+export interface ScheduleInfo {
+  /** The schedule's name, shared by every process that declares it. */
+  readonly name: string
+  /** The kind of the jobs its ticks enqueue. */
+  readonly kind: string
+  /** Its five-field cron pattern, as declared (e.g. `0 3 * * *`, or a nickname such as `@daily`). */
+  readonly cron: string
+  /** The IANA time zone its pattern is read in (`UTC` unless declared). */
+  readonly timezone: string
+  /** What it does with ticks missed while nothing ran: `last`, `skip` or `all`. */
+  readonly missed: MissedTicks
+  /**
+   * The last tick the database recorded for it, in epoch ms: the tick
+   * whose job was enqueued last (or passed over, by its `missed` policy).
+   * Null until a started runner has recorded it (a schedule starts with
+   * its next tick).
+   */
+  readonly lastTickAt: number | null
+  /** Its first tick after now by the runner's clock, in epoch ms, with the same daylight-saving rules as the ticks enqueued; null when its pattern names no later time. */
+  readonly nextTickAt: number | null
+}
 
 /** The most missed ticks one pass of `missed: 'all'` enqueues; the next pass goes on at once. */
 export const CATCH_UP_MAX = 100
@@ -88,6 +117,10 @@ const NAME_MAX = 256
 export class Schedule {
   readonly name: string
   readonly kind: string
+  /** The cron pattern as declared. */
+  readonly cron: string
+  /** The IANA time zone its fields are read in. */
+  readonly timezone: string
   readonly payload: unknown
   readonly options: ScheduleEnqueueOptions | undefined
   readonly missed: MissedTicks
@@ -117,6 +150,8 @@ export class Schedule {
     this.#zone = new Zone(timezone)
     this.name = name
     this.kind = kind
+    this.cron = cron
+    this.timezone = timezone
     this.payload = payload
     this.options = options
     this.missed = missed

@@ -7,7 +7,7 @@
  * a PostgreSQL user must not need SQLite, nor a SQLite user pg.
  */
 import { spawn } from 'node:child_process'
-import { cpSync, mkdirSync, mkdtempSync, realpathSync, rmSync, symlinkSync, writeFileSync } from 'node:fs'
+import { cpSync, mkdirSync, mkdtempSync, readFileSync, realpathSync, rmSync, symlinkSync, writeFileSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { dirname, join, resolve } from 'node:path'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
@@ -24,9 +24,9 @@ interface Exit {
   readonly output: string
 }
 
-function exec(args: string[], cwd: string): Promise<Exit> {
+function exec(args: string[], cwd: string, command = process.execPath): Promise<Exit> {
   return new Promise((resolvePromise, reject) => {
-    const proc = spawn(process.execPath, args, { cwd, env: { ...process.env, NO_COLOR: '1', JOBTABLE_DATABASE: '' }, stdio: ['ignore', 'pipe', 'pipe'] })
+    const proc = spawn(command, args, { cwd, env: { ...process.env, NO_COLOR: '1', JOBTABLE_DATABASE: '' }, stdio: ['ignore', 'pipe', 'pipe'] })
     let output = ''
     proc.stdout.on('data', (d) => (output += d))
     proc.stderr.on('data', (d) => (output += d))
@@ -139,6 +139,30 @@ console.log(JSON.stringify([${entries.map((_, i) => `Object.keys(m${i}).length`)
 }
 
 describe('jobtable as installed by a user', () => {
+  it('packs the README, the license, docs/ and examples/, everything the docs link to, and no tests', async () => {
+    const pack = await exec(['pack', '--dry-run', '--json', '--ignore-scripts'], REPO, 'npm')
+    expect(pack.code, pack.output).toBe(0)
+    const paths = (JSON.parse(pack.output.slice(pack.output.indexOf('['))) as { files: { path: string }[] }[])[0]!.files.map((f) => f.path)
+    expect(paths).toEqual(expect.arrayContaining(['README.md', 'LICENSE', 'package.json', 'docs/http.md', 'docs/postgres.md', 'examples/meal-plan.ts', 'examples/testing/signup.ts']))
+    expect(paths.filter((p) => p.startsWith('test/') || p.startsWith('bench/') || p.startsWith('.ci/'))).toEqual([])
+    // A relative link of the README or of docs/*.md names a packed file, or a folder holding some.
+    const docs = paths.filter((p) => p === 'README.md' || /^docs\/[^/]+\.md$/.test(p))
+    const missing: string[] = []
+    for (const doc of docs) {
+      for (const [, target] of readFileSync(join(REPO, doc), 'utf8').matchAll(/\]\(([^)#\s]+)(?:#[^)]*)?\)/g)) {
+        if (/^[a-z]+:/.test(target!)) continue
+        const path = join(dirname(doc), target!).replace(/\/$/, '')
+        if (!paths.some((p) => p === path || p.startsWith(`${path}/`))) missing.push(`${doc}: ${target}`)
+      }
+    }
+    expect(missing).toEqual([])
+    expect(JSON.parse(readFileSync(join(REPO, 'package.json'), 'utf8'))).toMatchObject({
+      license: 'MIT',
+      repository: { type: 'git', url: 'git+https://github.com/jobtable/jobtable.git' },
+      homepage: 'https://github.com/jobtable/jobtable#readme',
+    })
+  })
+
   it('builds with tsc -p tsconfig.build.json', () => {
     expect(build.code, build.output).toBe(0)
   })

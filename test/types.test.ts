@@ -154,13 +154,15 @@ describe('types', () => {
     void runner.close()
   })
 
-  it('a JobFailure names its code as a type argument, so a typo does not compile', () => {
+  it('a JobFailure with its codes as a type argument refuses a typo; without one any string compiles, as from JavaScript', () => {
     type Codes = 'no_recipe_found' | 'provider_unavailable'
-    // @ts-expect-error without a type argument no code is accepted
+    // The natural form compiles: the kind's declared codes are checked when the job fails, and
+    // an undeclared one fails it with internal_error (test/conformance/job-failure.test.ts).
     const untyped = new JobFailure('typo')
-    // At run time nothing changed: a JavaScript caller passes no type argument.
+    expectTypeOf(untyped).toEqualTypeOf<JobFailure<string>>()
     expectTypeOf(untyped.code).toEqualTypeOf<string>()
     if (untyped.code !== 'typo') throw new Error('the code is kept at run time')
+    void ((code: string) => new JobFailure(code))
     new JobFailure<'no_recipe_found'>('no_recipe_found')
     // @ts-expect-error not the code named by the type argument
     new JobFailure<'no_recipe_found'>('no_recipe_fuond')
@@ -170,9 +172,8 @@ describe('types', () => {
     // @ts-expect-error not one of the codes
     void (() => new JobFailure<Codes>('typo'))
     const anyCode = (code: string) => new JobFailure<string>(code)
-    // @ts-expect-error a string variable needs the type argument too
-    void ((code: string) => new JobFailure(code))
     expectTypeOf(anyCode('x')).toExtend<Error>()
+    // A handler's typed forms, job.fail(code) and kind.failure(code), refuse a typo (above).
     // instanceof narrows to a JobFailure, and to a subclass for a subclass.
     class ProviderDown extends JobFailure<'provider_unavailable'> {
       readonly retryAfterS = 5

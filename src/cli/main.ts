@@ -1,7 +1,7 @@
 #!/usr/bin/env node
 /**
  * The `jobtable` command: `serve`, `worker`, `migrate`, `jobs`, `kinds` and `prune`. See
- * `jobtable --help`, and docs/http.md.
+ * `jobtable --help`, docs/cli.md and docs/http.md.
  */
 import { run } from './run.js'
 

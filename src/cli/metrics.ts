@@ -51,20 +51,22 @@ export interface CliMetrics {
 }
 
 /**
- * Makes the runner's metrics and the process's default ones, loading
- * prom-client only now: an optional peer dependency, named when missing.
+ * Makes the runner's metrics and the process's own (collectProcessMetrics:
+ * prom-client's defaults less those `promtool check metrics` refuses),
+ * loading prom-client only now: an optional peer dependency, named when
+ * missing.
  */
 export async function openMetrics(runner: Runner): Promise<CliMetrics> {
-  let loaded: [typeof import('../metrics/index.js'), typeof import('prom-client')]
+  let loaded: typeof import('../metrics/index.js')
   try {
-    loaded = await Promise.all([import('../metrics/index.js'), import('prom-client')])
+    loaded = await import('../metrics/index.js')
   } catch (err) {
     if (isMissingPackage(err, 'prom-client')) throw new CliFailure('metrics need the prom-client package, which is not installed: npm install prom-client@15')
     throw err
   }
-  const [{ createMetrics }, prom] = loaded
+  const { collectProcessMetrics, createMetrics } = loaded
   const metrics = createMetrics({ runner })
-  prom.collectDefaultMetrics({ register: metrics.registry })
+  collectProcessMetrics(metrics.registry)
   return metrics
 }
 

@@ -33,7 +33,8 @@ export async function pruneCommand(ctx: CliContext): Promise<number> {
   }
   const kinds = values.kind
   for (const k of kinds ?? []) if (k.length === 0 || k.length > 256) throw new UsageError('--kind must be a kind name of 1 to 256 characters')
-  const runner = await openRunner(databaseOf(values.database, ctx.env), 1, loggerFor(values['log-level'] ?? 'warn'))
+  // Deletes only: a database that is not there has nothing to prune, and is a mistaken path.
+  const runner = await openRunner(databaseOf(values.database, ctx.env), 'existing', 1, loggerFor(values['log-level'] ?? 'warn'))
   try {
     const deleted = await runner.prune({
       olderThanMs,

@@ -2,7 +2,8 @@ import { createApi, bearerTokens, isLoopback, listen, type Api, type ApiOptions,
 import { DatabaseError, type Runner } from '../index.js'
 import { errorParts } from '../error-name.js'
 import { describeDatabase } from './database.js'
-import { loadKinds, type KindsModule } from './kinds.js'
+import { databaseErrorWords } from './database-errors.js'
+import { loadKinds, registerFailure, type KindsModule } from './kinds.js'
 import { listenMetrics, metricsPlan, openMetrics, type CliMetrics } from './metrics.js'
 import { COMMON_FLAGS, databaseOf, loggerFor, openRunner, type CliContext } from './runtime.js'
 import { firstSignal } from './signals.js'
@@ -83,14 +84,23 @@ export async function serve(ctx: CliContext, mode: 'serve' | 'worker'): Promise<
   const signals = firstSignal((signal) => logger.warn({ signal }, 'second signal: exiting at once'))
   // Nothing here keeps the process alive: a started runner does so itself
   // until it stops, and without workers the HTTP server does.
-  const runner = await openRunner(database, workers, logger, retention === undefined ? {} : { retention })
+  // serve and worker may create the database: they are how an application
+  // runs for the first time (a new machine, npm start) and set it up as
+  // migrate would, which a process that runs jobs needs anyway.
+  const runner = await openRunner(database, 'create', workers, logger, retention === undefined ? {} : { retention })
   let listening: Listening | undefined
   let metricsListening: Listening | undefined
   let metrics: CliMetrics | undefined
   let api: Api | undefined
   const demoStop = new AbortController()
   try {
-    kinds?.registerKinds(runner)
+    if (kinds !== undefined) {
+      try {
+        await kinds.registerKinds(runner)
+      } catch (err) {
+        throw registerFailure(kindsPath!, err)
+      }
+    }
     if (plan.on) metrics = await openMetrics(runner)
     if (workers > 0) await runner.start()
     if (metrics !== undefined && plan.port !== undefined) {
@@ -107,9 +117,8 @@ export async function serve(ctx: CliContext, mode: 'serve' | 'worker'): Promise<
       ctx.stdout.write(`jobtable API at ${listening.url}/api/v1/jobs (OpenAPI: ${listening.url}/api/v1/openapi.json)\n`)
       if (onApi.metrics !== undefined) ctx.stdout.write(`jobtable metrics at ${listening.url}/metrics\n`)
       ctx.stdout.write(`jobtable dashboard at ${listening.url}/\n`)
-    } else {
-      logger.info({ database: describeDatabase(database), workers }, 'jobtable worker running')
     }
+    // A worker's startup line (its kinds and workers) is the runner's own, at info: none here.
     if (v.demo === true && listening) void runDemo(kinds!, runner, listening.url, demoStop.signal, logger)
     const outcome = await Promise.race([
       signals.stopped.then((signal) => ({ signal })),
@@ -120,7 +129,7 @@ export async function serve(ctx: CliContext, mode: 'serve' | 'worker'): Promise<
       logger.info({ signal: outcome.signal, stop_timeout_ms: stopTimeoutMs }, 'stopping: waiting for running jobs up to the stop timeout (a signal more than 1 s after this one exits at once)')
     } else {
       // The database's own code (SQLITE_ERROR, a SQLSTATE), never its message, which can quote values.
-      const dbCode = outcome.failed instanceof DatabaseError ? { db_code: outcome.failed.dbCode } : {}
+      const dbCode = outcome.failed instanceof DatabaseError ? { db_code: outcome.failed.dbCode, reason: databaseErrorWords(outcome.failed.dbCode, database) } : {}
       logger.error({ error: errorName(outcome.failed), ...dbCode }, 'workers stopped on a database error')
     }
     // Claiming stops now, however long the listeners take to close: no job

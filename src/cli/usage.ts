@@ -88,8 +88,15 @@ Commands:
   jobs      list or show jobs (jobs list, jobs show <id>)
   kinds     pause or resume a kind everywhere (kinds pause <kind>, kinds resume <kind>, kinds paused)
   prune     delete finished jobs older than a duration (prune --older-than 7d)
+  schedules list the recurring schedules a kinds module declares, with their next ticks
 
-Run jobtable <command> --help for a command's options.
+Run jobtable <command> --help for a command's options. jobtable -v (--version)
+prints the version.
+
+Only migrate, serve and worker create a database that is not there yet; the
+other commands fail on a missing SQLite file or PostgreSQL schema, creating
+nothing. A --kinds module in TypeScript is loaded through tsx when the project
+(or jobtable) has it.
 
 Exit codes: 0 ok, 1 runtime failure, 2 usage error.
 `,
@@ -103,7 +110,8 @@ one).
 
 Options:
 ${DATABASE}
-  -k, --kinds <module>       module exporting registerKinds(runner); required unless --workers 0
+  -k, --kinds <module>       module exporting registerKinds(runner); required unless --workers 0;
+                             a .ts module loads through tsx (npm i -D tsx)
       --host <address>       address to bind (default 127.0.0.1); any non-loopback address
                              needs bearer tokens
   -p, --port <port>          port (default 8080; 0 picks a free one)
@@ -132,7 +140,8 @@ succeed.
 
 Options:
 ${DATABASE}
-  -k, --kinds <module>       module exporting registerKinds(runner) (required)
+  -k, --kinds <module>       module exporting registerKinds(runner) (required); a .ts module
+                             loads through tsx (npm i -D tsx)
   -w, --workers <n>          concurrent jobs (default 4)
 ${METRICS_LISTENER}
       --tokens-file <path>   bearer tokens guarding the metrics listener, as for serve
@@ -173,10 +182,14 @@ ${LOG}
 Pauses a kind for every process on the database, and across restarts: its
 queued jobs stay queued and running ones finish; resume lets them run again.
 Prints {kind, paused, changed} (changed: false when it was already so), or
-the paused kinds, as JSON on stdout.
+the paused kinds, as JSON on stdout. A kind the database has never seen (no
+job of it, and not paused) is refused, naming the nearest known kind, unless
+--force is given.
 
 Options:
 ${DATABASE}
+      --force                pause or resume the kind even though the database has never
+                             seen it, such as a kind whose first job is still to come
 ${LOG}
   -h, --help                 this help
 `,
@@ -196,6 +209,24 @@ ${DATABASE}
                              (repeat for several; default all three)
       --kind <kind>          only jobs of this kind (repeat for several; default every kind)
 ${LOG}
+  -h, --help                 this help
+`,
+  schedules: `Usage: jobtable schedules --kinds <module> [options]
+
+Lists the recurring schedules the kinds module declares (runner.schedule in
+its registerKinds), as JSON on stdout: {"schedules": [{name, kind, cron,
+timezone, missed, lastTickAt, nextTickAt}, ...]}, in declaration order.
+lastTickAt is the last tick the database recorded (null until a started
+runner records one), nextTickAt the next tick after now; both in epoch
+milliseconds. The database stores only each schedule's name and last tick,
+so the module says which schedules there are. Never a schedule's payload.
+Nothing is started and nothing is enqueued.
+
+Options:
+${DATABASE}
+  -k, --kinds <module>       module exporting registerKinds(runner) (required)
+      --log-level <level>    debug, info, warn or error (default warn); logs go to stderr,
+                             readable in a terminal, JSON lines otherwise
   -h, --help                 this help
 `,
 } as const

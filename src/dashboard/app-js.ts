@@ -161,6 +161,7 @@ function clearData() {
   if (foot) foot.remove()
   $('jobs').tBodies[0].replaceChildren()
   $('paused-list').replaceChildren()
+  $('schedules-table').tBodies[0].replaceChildren()
   $('counted-at').textContent = ''
   $('kind-names').replaceChildren()
   const kinds = $('filter-kind')
@@ -252,7 +253,7 @@ async function load() {
       $('counted-at').textContent = 'as of ' + new Date(state.countedAt).toLocaleTimeString()
     }
     renderJobs(page.body)
-    await loadPaused()
+    await Promise.all([loadPaused(), loadSchedules()])
     renderKindChoices()
     connected()
   } catch (err) {
@@ -399,6 +400,44 @@ async function loadPaused() {
     $('paused-body').hidden = true
     $('paused-note').hidden = false
     $('paused-note').textContent = 'Pausing and resuming kinds is for operators, and this caller is not one (403), so paused kinds are not shown.'
+  }
+}
+
+/** A tick's cell: its local date and time to the minute (ticks fall on minutes), its UTC instant on hover, or the word none when there is no tick. */
+function tickCell(field, label, ms, none) {
+  const text = ms === null ? none : new Date(ms).toLocaleString(undefined, { dateStyle: 'short', timeStyle: 'short' })
+  return el('td', { 'data-field': field, 'data-label': label, title: ms === null ? null : new Date(ms).toISOString() }, text)
+}
+
+/** The recurring schedules the server's runner declared (never a payload): read by operators only, as paused kinds are. */
+async function loadSchedules() {
+  try {
+    const { body } = await call('GET', 'schedules')
+    $('schedules-note').hidden = true
+    $('schedules-body').hidden = false
+    $('schedules-table').tBodies[0].replaceChildren(
+      ...body.schedules.map((s) => {
+        const tr = el('tr', { 'data-name': s.name })
+        tr.append(
+          el('th', { scope: 'row', className: 'mono' }, s.name),
+          el('td', { 'data-field': 'kind', 'data-label': 'Kind' }, s.kind),
+          el('td', { 'data-field': 'cron', 'data-label': 'Pattern' }).appendChild(el('span', { className: 'mono' }, s.cron)).parentNode,
+          el('td', { 'data-field': 'timezone', 'data-label': 'Zone' }, s.timezone),
+          tickCell('last', 'Last tick', s.lastTickAt, 'none yet'),
+          tickCell('next', 'Next tick', s.nextTickAt, 'none'),
+        )
+        return tr
+      }),
+    )
+    $('schedules-empty').hidden = body.schedules.length > 0
+    $('schedules-table').hidden = body.schedules.length === 0
+  } catch (err) {
+    if (!(err instanceof ApiError) || err.kind !== 'forbidden') throw err
+    // Schedules span every scope: only the API's operators may list them (operatorScope).
+    $('schedules-table').tBodies[0].replaceChildren()
+    $('schedules-body').hidden = true
+    $('schedules-note').hidden = false
+    $('schedules-note').textContent = 'Recurring schedules are for operators, and this caller is not one (403), so they are not shown.'
   }
 }
 

@@ -80,6 +80,20 @@ export function pageHtml(basePath: string): string {
           <button id="older" type="button" disabled>Older →</button>
         </nav>
       </section>
+
+      <section id="schedules" class="card" aria-labelledby="schedules-title">
+        <h2 id="schedules-title">Schedules</h2>
+        <p id="schedules-note" class="note" hidden></p>
+        <div id="schedules-body" hidden>
+          <div class="scroll">
+            <table id="schedules-table">
+              <thead><tr><th scope="col">Name</th><th scope="col">Kind</th><th scope="col">Pattern</th><th scope="col">Zone</th><th scope="col">Last tick</th><th scope="col">Next tick</th></tr></thead>
+              <tbody></tbody>
+            </table>
+          </div>
+          <p id="schedules-empty" class="empty" hidden>This server declares no recurring schedules.</p>
+        </div>
+      </section>
     </div>
 
     <div class="column">

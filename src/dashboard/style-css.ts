@@ -138,5 +138,10 @@ tr[aria-current] { background: color-mix(in srgb, var(--accent) 14%, transparent
   .card { padding: 0.75rem; }
   .wide { display: none; }
   th, td { padding: 0.3rem 0.35rem; }
+  /* Schedules as one block each, every field labelled: six columns do not fit a phone. */
+  #schedules-table thead { display: none; }
+  #schedules-table tr { display: block; padding: 0.35rem 0; border-bottom: 1px solid var(--line); }
+  #schedules-table th, #schedules-table td { display: flex; gap: 0.75rem; border: none; padding: 0.1rem 0.35rem; white-space: normal; }
+  #schedules-table td::before { content: attr(data-label); color: var(--muted); flex: 0 0 5.5rem; }
 }
 `

@@ -59,9 +59,11 @@ export interface ApiOptions {
   /**
    * The scope whose callers may pause and resume kinds
    * (`POST /api/v1/kinds/{kind}/pause` and `/resume`), which acts on every
-   * scope's jobs. Default: none when `authorize` is set, so no caller may;
-   * without `authorize`, every caller may (the API then answers loopback
-   * names only, unless allowedHosts says otherwise).
+   * scope's jobs, and list the paused kinds and the runner's recurring
+   * schedules (`GET /api/v1/kinds/paused`, `GET /api/v1/schedules`).
+   * Default: none when `authorize` is set, so no caller may; without
+   * `authorize`, every caller may (the API then answers loopback names
+   * only, unless allowedHosts says otherwise).
    */
   readonly operatorScope?: string
   /**
@@ -117,6 +119,7 @@ const ALLOW = {
   stats: 'GET, HEAD',
   pause: 'POST',
   paused: 'GET, HEAD',
+  schedules: 'GET, HEAD',
   metrics: 'GET, HEAD',
   openapi: 'GET, HEAD',
 } as const
@@ -307,7 +310,7 @@ export function createApi(options: ApiOptions): Api {
   })
   app.all('/api/v1/stats', () => notAllowed(ALLOW.stats))
 
-  /** The caller, if it may pause and resume kinds (see operatorScope), or the refusal to answer with. */
+  /** The caller, if it may pause and resume kinds and list schedules (see operatorScope), or the refusal to answer with. */
   const operator = async (request: Request): Promise<Response | undefined> => {
     const scope = await scopeOf(request)
     if (scope instanceof Response) return scope
@@ -321,6 +324,15 @@ export function createApi(options: ApiOptions): Api {
     return json(200, { paused: await runner.paused() })
   })
   app.all('/api/v1/kinds/paused', () => notAllowed(ALLOW.paused))
+
+  // The schedules this runner declared (never their payloads): operators only, as pausing is, since they span every scope.
+  app.get('/api/v1/schedules', async (c) => {
+    const refused = await operator(c.req.raw)
+    if (refused !== undefined) return refused
+    if (new URL(c.req.url).search !== '') return problem('invalid_argument', { detail: 'this route takes no parameters' })
+    return json(200, { schedules: await runner.schedules() })
+  })
+  app.all('/api/v1/schedules', () => notAllowed(ALLOW.schedules))
 
   for (const action of ['pause', 'resume'] as const) {
     app.post(`/api/v1/kinds/:kind/${action}`, async (c) => {

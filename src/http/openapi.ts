@@ -1,6 +1,7 @@
 import type { StandardJSONSchemaV1, StandardSchemaV1 } from '@standard-schema/spec'
 import { JOB_STATUSES } from '../job.js'
 import { optionsObject } from '../options.js'
+import { MISSED } from '../schedule.js'
 import { PROBLEMS, PROBLEM_MEDIA_TYPE, type ProblemCode } from './problem.js'
 
 const ref = (name: string) => ({ $ref: `#/components/schemas/${name}` })
@@ -110,6 +111,31 @@ export const openApiDocument = {
               required: ['kind', 'pausedAt'],
               additionalProperties: false,
               properties: { kind: { type: 'string' }, pausedAt: { type: 'number', description: 'When it was paused, in epoch milliseconds.' } },
+            },
+          },
+        },
+      },
+      Schedules: {
+        type: 'object',
+        required: ['schedules'],
+        additionalProperties: false,
+        properties: {
+          schedules: {
+            type: 'array',
+            description: 'The recurring schedules the serving runner declared, in declaration order. Never a payload or enqueue options.',
+            items: {
+              type: 'object',
+              required: ['name', 'kind', 'cron', 'timezone', 'missed', 'lastTickAt', 'nextTickAt'],
+              additionalProperties: false,
+              properties: {
+                name: { type: 'string' },
+                kind: { type: 'string' },
+                cron: { type: 'string', description: 'Its five-field cron pattern, as declared.' },
+                timezone: { type: 'string', description: 'The IANA time zone its pattern is read in.' },
+                missed: { type: 'string', enum: [...MISSED], description: 'What it does with ticks missed while nothing ran.' },
+                lastTickAt: { type: ['integer', 'null'], description: 'The last tick the database recorded, in epoch milliseconds; null until a started runner records one.' },
+                nextTickAt: { type: ['integer', 'null'], description: "Its first tick after now by the server's clock, in epoch milliseconds; null when its pattern names no later time." },
+              },
             },
           },
         },
@@ -286,6 +312,19 @@ export const openApiDocument = {
         summary: 'The kinds paused for every process on the database. Operators only (see operatorScope).',
         responses: {
           '200': { description: 'The paused kinds.', content: { 'application/json': { schema: ref('PausedKinds') } } },
+          ...authErrors,
+          ...serverErrors,
+        },
+      },
+    },
+    '/api/v1/schedules': {
+      get: {
+        operationId: 'listSchedules',
+        summary:
+          "The recurring schedules the serving process declared, each with its kind, cron pattern, time zone, last recorded tick and next tick; never a payload. A schedule only other processes declare is not listed. Operators only (see operatorScope).",
+        responses: {
+          '200': { description: 'The schedules.', content: { 'application/json': { schema: ref('Schedules') } } },
+          '400': problemResponse('A query parameter was given (`invalid_argument`): this route takes none.'),
           ...authErrors,
           ...serverErrors,
         },

@@ -1,5 +1,5 @@
 import diagnostics from 'node:diagnostics_channel'
-import { Counter, Gauge, Histogram, Registry } from 'prom-client'
+import { collectDefaultMetrics, Counter, Gauge, Histogram, Registry } from 'prom-client'
 import { ConfigError } from '../errors.js'
 import { CODE_INTERNAL, CODE_TIMEOUT, CODE_UNKNOWN_KIND } from '../job.js'
 import { optionsObject } from '../options.js'
@@ -294,6 +294,41 @@ export function createMetrics(options: MetricsOptions): Metrics {
     for (const name of names) registry.removeSingleMetric(prefix + name)
   }
   return { registry, close, [Symbol.dispose]: close }
+}
+
+/**
+ * Registers the process's metrics in `registry`: prom-client's default
+ * metrics (CPU time, resident and heap memory, open file descriptors,
+ * event loop lag and utilisation, garbage collection, active handles and
+ * requests by type, Node.js's version, the start time), less any that
+ * Prometheus's own linter (`promtool check metrics`) refuses. prom-client
+ * 15 names three gauges with the `_total` suffix Prometheus keeps for
+ * counters (`nodejs_active_handles_total`, `nodejs_active_requests_total`,
+ * `nodejs_active_resources_total`): they are left out, and their totals
+ * are the sums of the per-type gauges that stay (`nodejs_active_handles`,
+ * `nodejs_active_requests`, `nodejs_active_resources`, labelled by
+ * `type`). Call it once per registry (prom-client refuses a metric
+ * registered twice); `prefix` starts every name, as prom-client's option
+ * does. Returns the names registered.
+ */
+export function collectProcessMetrics(registry: Registry, options: { readonly prefix?: string } = {}): string[] {
+  if (registry === null || typeof registry !== 'object' || typeof registry.registerMetric !== 'function' || typeof registry.getMetricsAsArray !== 'function') {
+    throw new ConfigError('collectProcessMetrics: registry must be a prom-client Registry')
+  }
+  const { prefix = '' } = optionsObject(options, ['prefix'], 'collectProcessMetrics')
+  if (typeof prefix !== 'string' || !/^([a-zA-Z_:][a-zA-Z0-9_:]*)?$/.test(prefix)) {
+    throw new ConfigError('collectProcessMetrics: prefix must be empty or start a Prometheus metric name ([a-zA-Z_:][a-zA-Z0-9_:]*)')
+  }
+  const before = new Set(registry.getMetricsAsArray().map((m) => m.name))
+  collectDefaultMetrics({ register: registry, prefix })
+  const added = registry.getMetricsAsArray().filter((m) => !before.has(m.name))
+  const kept: string[] = []
+  for (const metric of added) {
+    // Only a counter's name may end in _total (promtool: "non-counter metrics should not have _total suffix").
+    if (metric.name.endsWith('_total') && !(metric instanceof Counter)) registry.removeSingleMetric(metric.name)
+    else kept.push(metric.name)
+  }
+  return kept
 }
 
 /** A database error code as a label: its own form (SQLITE_BUSY, a SQLSTATE, connection_lost), or `other`. */

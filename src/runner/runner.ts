@@ -7,7 +7,7 @@ import { type Handler, type HandlerErrorHook, isKindDefinition, type KindDef, ty
 import { defaultLogger, type Logger } from '../logger.js'
 import { optionsObject } from '../options.js'
 import { encodePayload } from '../payload.js'
-import { Schedule, type ScheduleDefinition } from '../schedule.js'
+import { Schedule, type ScheduleDefinition, type ScheduleInfo } from '../schedule.js'
 import { errorCode } from './backoff.js'
 import { ClaimGate } from './claim-gate.js'
 import type { JobSpec } from './batch.js'
@@ -357,6 +357,36 @@ export class Runner<D extends Driver = Driver> {
   }
 
   /**
+   * The recurring schedules this runner declared (`schedule()`), in
+   * declaration order, each with its name, kind, cron pattern, time zone
+   * and missed-tick policy, the last tick the database recorded for it
+   * (null before any started runner recorded one), and its next tick after
+   * now by the runner's clock, computed by the code that enqueues the
+   * ticks (so with the same daylight-saving rules). It lists what this
+   * runner declared, not what the database knows: the database stores
+   * only each schedule's name and last tick, so a schedule only other
+   * processes declare is not listed, nor is one removed from the code.
+   * Never a schedule's payload or enqueue options: a payload may hold
+   * private data. Reads the database once; the runner need not be
+   * started.
+   */
+  async schedules(): Promise<ScheduleInfo[]> {
+    const declared = [...this.#schedules.values()]
+    if (declared.length === 0) return []
+    const recorded = new Map((await this.#driver.schedulesRead({ names: declared.map((s) => s.name) })).map((r) => [r.name, r.lastTickAt]))
+    const now = this.#clock()
+    return declared.map((s) => ({
+      name: s.name,
+      kind: s.kind,
+      cron: s.cron,
+      timezone: s.timezone,
+      missed: s.missed,
+      lastTickAt: recorded.get(s.name) ?? null,
+      nextTickAt: s.next(now),
+    }))
+  }
+
+  /**
    * Tells an idle worker to look for a queued job: call it after
    * committing a transactional enqueue, or after moving an injected clock.
    * The promise (which never rejects, and need not be awaited) resolves
@@ -377,7 +407,8 @@ export class Runner<D extends Driver = Driver> {
    * fails with `interrupted by restart` every job left running by a
    * runner the driver proves gone (a previous process, never a live one
    * beside it), logging how many, then starts the workers and the
-   * maintenance. A second start is refused.
+   * maintenance and logs one info line, `runner started`, with the kinds
+   * it handles and its worker count. A second start is refused.
    */
   async start(): Promise<void> {
     if (this.#state !== 'new') throw new RunnerStateError('the runner has already started')
@@ -453,6 +484,8 @@ export class Runner<D extends Driver = Driver> {
     maintenance.start()
     this.#unwake = this.#driver.onWake?.(this.#woken)
     this.#pool.start()
+    // Names and a count only: what this process works on, for whoever reads its logs.
+    this.#logger.info({ kinds: [...handled.keys()], workers: this.#workers }, 'runner started')
   }
 
   /** What a notification (the driver's onWake) or the fallback poll (WakePoll) says: the workers, the scheduler or the cancellation watch look. */

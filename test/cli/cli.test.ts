@@ -1,7 +1,9 @@
 import { spawn, type ChildProcess } from 'node:child_process'
-import { existsSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs'
+import { existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs'
 import { tmpdir } from 'node:os'
+import { createRequire } from 'node:module'
 import { join } from 'node:path'
+import { pathToFileURL } from 'node:url'
 import Database from 'better-sqlite3'
 import { afterEach, beforeEach, describe, expect, it } from 'vitest'
 import { createApi, listen, UnsafeBindError } from 'jobtable/http'
@@ -115,6 +117,20 @@ function sideRunner(db: string): Runner {
   return runner
 }
 
+/**
+ * Waits until the worker runs jobs: an echo job enqueued from this
+ * process has succeeded (the worker's own startup line is the runner's).
+ */
+async function workerRunsJobs(worker: Cli, db: string): Promise<void> {
+  const side = sideRunner(db)
+  try {
+    const id = await side.enqueue('echo', { text: 'first' })
+    await pollWhileUp(worker, () => side.get(id), (j) => j.status === 'succeeded')
+  } finally {
+    await side.close()
+  }
+}
+
 describe('jobtable command', () => {
   it('prints help for every command with exit 0, and refuses bad command lines with exit 2', async () => {
     for (const command of [[], ['serve'], ['worker'], ['migrate'], ['jobs'], ['kinds']]) {
@@ -129,6 +145,21 @@ describe('jobtable command', () => {
     }
     // 22 command processes in turn: a bound for a loaded machine, not a measure.
   }, 120_000)
+
+  it('--version and -v print the version in package.json, run from the source', async () => {
+    const { version } = JSON.parse(readFileSync('package.json', 'utf8')) as { version: string }
+    for (const flag of ['--version', '-v']) {
+      const c = cli([flag])
+      expect(await c.exit).toBe(0)
+      expect(c.stdout).toBe(`${version}\n`)
+    }
+    const help = cli(['--help'])
+    expect(await help.exit).toBe(0)
+    expect(help.stdout).toContain('-v (--version)')
+    const kindsHelp = cli(['kinds', '--help'])
+    expect(await kindsHelp.exit).toBe(0)
+    expect(kindsHelp.stdout).toContain('--force')
+  })
 
   it('refuses to listen on a non-loopback address without tokens (exit 2), and the library refuses too', async () => {
     for (const host of ['0.0.0.0', '::', '192.0.2.10']) {
@@ -226,7 +257,7 @@ describe('jobtable command', () => {
   it('an idle worker stays up on its own, and runs a job another process enqueues later', async () => {
     const db = join(dir, 'idle.db')
     const worker = cli(['worker', '--kinds', KINDS, '-d', db])
-    await pollWhileUp(worker, async () => worker.stderr, (text) => text.includes('jobtable worker running'))
+    await workerRunsJobs(worker, db)
     const side = sideRunner(db)
     try {
       const id = await side.enqueue('echo', { text: 'later' })
@@ -238,7 +269,11 @@ describe('jobtable command', () => {
     }
     worker.proc.kill('SIGTERM')
     expect(await worker.exit).toBe(0)
-    expect(logLines(worker).at(-1)!.msg).toBe('stopped')
+    const lines = logLines(worker)
+    // At the default level the runner's own info line says it started, with its kinds; the command adds none of its own.
+    expect(lines.filter((l) => l.level === 30 && Array.isArray(l.kinds))).toHaveLength(1)
+    expect(lines.some((l) => l.msg === 'jobtable worker running')).toBe(false)
+    expect(lines.at(-1)!.msg).toBe('stopped')
   })
 
   it('serve --workers 0 stays up on its HTTP server alone, answering, until SIGTERM (exit 0)', async () => {
@@ -315,7 +350,7 @@ describe('jobtable command', () => {
   it('worker: --stop-timeout ends the stop of a handler that ignores its signal, exit 0, its job left running for the next start to fail as interrupted', async () => {
     const db = join(dir, 'stubborn.db')
     const worker = cli(['worker', '--kinds', KINDS, '--stop-timeout', '500', '-d', db])
-    await pollWhileUp(worker, async () => worker.stderr, (text) => text.includes('jobtable worker running'))
+    await workerRunsJobs(worker, db)
     const side = sideRunner(db)
     try {
       const id = await side.enqueue('stubborn', {})
@@ -341,7 +376,7 @@ describe('jobtable command', () => {
   it('worker: a claim the database refuses for good (its table renamed away) stops the workers with an error line and exit 1', async () => {
     const db = join(dir, 'broken.db')
     const worker = cli(['worker', '--kinds', KINDS, '-d', db])
-    await pollWhileUp(worker, async () => worker.stderr, (text) => text.includes('jobtable worker running'))
+    await workerRunsJobs(worker, db)
     const raw = new Database(db)
     try {
       raw.pragma('busy_timeout = 5000')
@@ -354,6 +389,7 @@ describe('jobtable command', () => {
     const lines = logLines(worker)
     const fatal = lines.find((l) => l.msg === 'workers stopped on a database error')
     expect(fatal).toMatchObject({ level: 50, error: 'DatabaseError (database_error)', db_code: 'SQLITE_ERROR' })
+    expect(fatal!.reason).toMatch(/^SQLite refused a statement on /)
     expect(lines.at(-1)!.msg).toBe('stopped')
   })
 
@@ -381,6 +417,10 @@ describe('jobtable command', () => {
 
   it('kinds pause, paused and resume act on the database for every process, as JSON on stdout', async () => {
     const db = join(dir, 'pause.db')
+    expect(await cli(['migrate', '-d', db]).exit).toBe(0)
+    const side = sideRunner(db)
+    await side.enqueue('echo', { text: 'seen' })
+    await side.close()
     const pause = cli(['kinds', 'pause', 'echo', '-d', db])
     expect(await pause.exit).toBe(0)
     expect(JSON.parse(pause.stdout)).toEqual({ kind: 'echo', paused: true, changed: true })
@@ -489,7 +529,8 @@ describe('jobtable command', () => {
     }
     const old = await finishedAgo(10)
     const young = await finishedAgo(1)
-    const c = cli(['worker', '--kinds', KINDS, '-d', db, '--retention', '5d', '--log-level', 'info'])
+    // No --log-level: the runner's info lines are written at the default level.
+    const c = cli(['worker', '--kinds', KINDS, '-d', db, '--retention', '5d'])
     const reader = sideRunner(db)
     try {
       await pollWhileUp(c, () => reader.list(), (page) => !page.jobs.some((j) => j.id === old))
@@ -554,6 +595,7 @@ describe('jobtable command', () => {
     if (postgresSkipReason !== undefined) return
     const c = cli(['migrate', '-d', PG_URL.replace(/\/[^/]*$/, '/jobtable_no_such_database')])
     expect(await c.exit).toBe(1)
+    expect(c.stderr).toMatch(/^jobtable: migrate: database "jobtable_no_such_database" does not exist on .*\(3D000\)\n$/)
   })
 
   it('logs a PostgreSQL URL without credentials, in its user part or its query', () => {
@@ -565,8 +607,242 @@ describe('jobtable command', () => {
     // Port 1 has no server: whether the driver is missing or cannot connect, the command fails cleanly.
     const c = cli(['jobs', 'list', '-d', `postgres://user:${MARKER}@127.0.0.1:1/none`])
     expect(await c.exit).toBe(1)
-    expect(c.stderr).toMatch(/^jobtable: /)
+    expect(c.stderr).toBe('jobtable: jobs list: cannot reach PostgreSQL at 127.0.0.1:1: the connection was refused (is the server running, and listening on that host and port?) (ECONNREFUSED)\n')
+    const nowhere = cli(['jobs', 'show', '00000000-0000-4000-8000-000000000000', '-d', `postgres://user:${MARKER}@jobtable-no-such-host.invalid:5432/none`])
+    expect(await nowhere.exit).toBe(1)
+    // EAI_AGAIN where no name server answers at all.
+    expect(nowhere.stderr).toMatch(/^jobtable: jobs show: cannot reach PostgreSQL at jobtable-no-such-host\.invalid:5432: its host name was not found \((ENOTFOUND|EAI_AGAIN)\)\n$/)
+    expect(nowhere.stderr).not.toContain(MARKER)
     expect(c.stderr).not.toContain(MARKER)
     expect(c.stderr).not.toMatch(/\n\s+at /)
+  })
+  it('a kinds module that exports the wrong thing: the error shows the shape to export and what it exports instead', async () => {
+    const wrong = join(dir, 'wrong-kinds.mjs')
+    writeFileSync(wrong, 'export default function (runner) {}\nexport const foo = 1\n')
+    const c = cli(['worker', '--kinds', wrong, '-d', join(dir, 'w.db')])
+    expect(await c.exit).toBe(1)
+    expect(c.stderr).toContain(`${wrong} does not export a registerKinds(runner) function; it exports: default, foo.`)
+    expect(c.stderr).toContain('Its default export is a function: export it by the name registerKinds instead.')
+    expect(c.stderr).toContain('  export function registerKinds(runner) {\n    runner.register(kind, handler)')
+    const empty = join(dir, 'empty-kinds.mjs')
+    writeFileSync(empty, 'const registerKinds = () => {}\n')
+    const e = cli(['worker', '--kinds', empty, '-d', join(dir, 'w.db')])
+    expect(await e.exit).toBe(1)
+    expect(e.stderr).toContain('it exports nothing.')
+    const notFunction = join(dir, 'object-kinds.mjs')
+    writeFileSync(notFunction, 'export const registerKinds = { echo: true }\n')
+    const o = cli(['worker', '--kinds', notFunction, '-d', join(dir, 'w.db')])
+    expect(await o.exit).toBe(1)
+    expect(o.stderr).toContain('its registerKinds is a object, not a function.')
+    // Refused before the database was opened.
+    expect(existsSync(join(dir, 'w.db'))).toBe(false)
+    const refused = join(dir, 'refused-kinds.mjs')
+    writeFileSync(refused, `export function registerKinds(runner) { runner.register('echo', { handler: () => null }) }\n`)
+    const r = cli(['worker', '--kinds', refused, '-d', join(dir, 'w.db')])
+    expect(await r.exit).toBe(1)
+    expect(r.stderr).toMatch(new RegExp(`^jobtable: registerKinds\\(runner\\) of ${refused.replaceAll('.', '\\.')} failed: register "echo": .+\n$`))
+    const missing = cli(['worker', '--kinds', join(dir, 'no-such-kinds.ts'), '-d', join(dir, 'w.db')])
+    expect(await missing.exit).toBe(1)
+    expect(missing.stderr).toBe(`jobtable: no kinds module at ${join(dir, 'no-such-kinds.ts')} (--kinds takes the path of a module, relative to the working directory)\n`)
+  })
+
+  it('migrate into a folder that does not exist says so (no TypeError), and creates nothing', async () => {
+    const db = join(dir, 'nodir', 'x.db')
+    const c = cli(['migrate', '-d', db])
+    expect(await c.exit).toBe(1)
+    expect(c.stderr).toBe(`jobtable: cannot open the database ${db}: the folder ${join(dir, 'nodir')} does not exist (create it with mkdir -p ${join(dir, 'nodir')}, or give --database a path in an existing folder)\n`)
+    expect(existsSync(join(dir, 'nodir'))).toBe(false)
+    // The same for a worker, which may create the file but not its folder.
+    const w = cli(['worker', '--kinds', KINDS, '-d', db])
+    expect(await w.exit).toBe(1)
+    expect(w.stderr).toContain('the folder')
+    expect(w.stderr).not.toContain('TypeError')
+  })
+
+  it('no command but migrate, serve and worker creates a SQLite database: the others fail on a missing file, saying how to create it, and create nothing', async () => {
+    const db = join(dir, 'typo.db')
+    const readers = [
+      ['jobs', 'list'],
+      ['jobs', 'show', '00000000-0000-4000-8000-000000000000'],
+      ['kinds', 'paused'],
+      ['kinds', 'pause', 'echo'],
+      ['kinds', 'pause', 'echo', '--force'],
+      ['kinds', 'resume', 'echo', '--force'],
+      ['prune', '--older-than', '7d'],
+    ]
+    await Promise.all(
+      readers.map(async (args) => {
+        const c = cli([...args, '-d', db])
+        expect(await c.exit, args.join(' ')).toBe(1)
+        expect(c.stderr, args.join(' ')).toBe(`jobtable: no database at ${db} (create it with jobtable migrate -d ${db})\n`)
+      }),
+    )
+    // Not even the -wal and -shm files.
+    expect(readdirSync(dir)).toEqual([])
+    // The default database too, in the working directory.
+    const cwd = join(dir, 'project')
+    mkdirSync(cwd)
+    const tsx = pathToFileURL(createRequire(import.meta.url).resolve('tsx')).href
+    const byDefault = spawn(process.execPath, ['--import', tsx, '--conditions=source', join(process.cwd(), 'src/cli/main.ts'), 'jobs', 'list'], {
+      cwd,
+      env: { ...process.env, JOBTABLE_DATABASE: undefined },
+      stdio: ['ignore', 'ignore', 'pipe'],
+    })
+    let stderr = ''
+    byDefault.stderr!.on('data', (d) => (stderr += d))
+    expect(await new Promise((r) => byDefault.once('close', r))).toBe(1)
+    expect(stderr).toBe('jobtable: no database at ./jobtable.db (create it with jobtable migrate -d ./jobtable.db)\n')
+    expect(readdirSync(cwd)).toEqual([])
+    // migrate creates it; then they read it.
+    expect(await cli(['migrate', '-d', db]).exit).toBe(0)
+    const list = cli(['jobs', 'list', '-d', db])
+    expect(await list.exit).toBe(0)
+    expect(JSON.parse(list.stdout)).toEqual({ jobs: [], nextCursor: null })
+  }, 120_000)
+
+  it('kinds pause and resume refuse a kind the database has never seen unless --force, suggesting the nearest known one', async () => {
+    const db = join(dir, 'typo-kinds.db')
+    expect(await cli(['migrate', '-d', db]).exit).toBe(0)
+    const unseen = cli(['kinds', 'pause', 'meal_plan', '-d', db])
+    expect(await unseen.exit).toBe(1)
+    expect(unseen.stderr).toContain('kinds pause: the database has never seen the kind "meal_plan" (no job of it, and it is not paused) (no kind has had a job here yet)')
+    // A producer's jobs: no process has run either kind.
+    const side = new Runner({ driver: sqlite({ path: db }), logger: QUIET })
+    const payload = (await import('zod')).z.strictObject({})
+    for (const kind of ['meal_plan', 'send_email']) await side.register(defineKind(kind, { payload })).enqueue({})
+    await side.close()
+
+    const typo = cli(['kinds', 'pause', 'meal_pln', '-d', db])
+    expect(await typo.exit).toBe(1)
+    expect(typo.stderr).toBe(
+      'jobtable: kinds pause: the database has never seen the kind "meal_pln" (no job of it, and it is not paused); did you mean "meal_plan"? (known kinds: meal_plan, send_email)\n' +
+        'To pause it anyway, such as a kind whose first job is still to come, add --force.\n',
+    )
+    const paused = cli(['kinds', 'paused', '-d', db])
+    expect(await paused.exit).toBe(0)
+    expect(JSON.parse(paused.stdout)).toEqual({ paused: [] })
+    // Swapped letters are one edit too.
+    const swapped = cli(['kinds', 'resume', 'mael_plan', '-d', db])
+    expect(await swapped.exit).toBe(1)
+    expect(swapped.stderr).toContain('did you mean "meal_plan"?')
+    const far = cli(['kinds', 'pause', 'reports', '-d', db])
+    expect(await far.exit).toBe(1)
+    expect(far.stderr).not.toContain('did you mean')
+
+    const known = cli(['kinds', 'pause', 'meal_plan', '-d', db])
+    expect(await known.exit).toBe(0)
+    expect(JSON.parse(known.stdout)).toEqual({ kind: 'meal_plan', paused: true, changed: true })
+    const forced = cli(['kinds', 'pause', 'reports', '--force', '-d', db])
+    expect(await forced.exit).toBe(0)
+    expect(JSON.parse(forced.stdout)).toEqual({ kind: 'reports', paused: true, changed: true })
+    // A paused kind is known: resume it without --force.
+    const resumed = cli(['kinds', 'resume', 'reports', '-d', db])
+    expect(await resumed.exit).toBe(0)
+    expect(JSON.parse(resumed.stdout)).toEqual({ kind: 'reports', paused: false, changed: true })
+    const listed = cli(['kinds', 'paused', '-d', db])
+    expect(await listed.exit).toBe(0)
+    expect(JSON.parse(listed.stdout).paused.map((p: { kind: string }) => p.kind)).toEqual(['meal_plan'])
+    const misplaced = cli(['kinds', 'paused', '--force', '-d', db])
+    expect(await misplaced.exit).toBe(2)
+    // 14 command processes in turn: a bound for a loaded machine, not a measure.
+  }, 120_000)
+
+  it('SQLite errors are named in words with their code, for the command that ran: not a database, a folder, a lock held', async () => {
+    const text = join(dir, 'notes.db')
+    writeFileSync(text, 'shopping list: '.repeat(100))
+    const notDb = cli(['jobs', 'list', '-d', text])
+    expect(await notDb.exit).toBe(1)
+    expect(notDb.stderr).toBe(`jobtable: jobs list: ${text} is not a SQLite database (a file of another kind, or an encrypted one); check the --database path (SQLITE_NOTADB)\n`)
+    const folder = join(dir, 'a-folder')
+    mkdirSync(folder)
+    const cantOpen = cli(['kinds', 'paused', '-d', folder])
+    expect(await cantOpen.exit).toBe(1)
+    expect(cantOpen.stderr).toBe(`jobtable: kinds paused: cannot open ${folder}: it is a folder; give --database the path of a SQLite file (SQLITE_CANTOPEN)\n`)
+
+    // A file another connection holds an exclusive lock on (a rollback journal: readers wait too), past the open's wait.
+    const locked = join(dir, 'locked.db')
+    const holder = new Database(locked)
+    try {
+      holder.exec('CREATE TABLE t (x)')
+      holder.exec('BEGIN EXCLUSIVE')
+      holder.exec('INSERT INTO t VALUES (1)')
+      const busy = cli(['migrate', '-d', locked])
+      expect(await busy.exit).toBe(1)
+      expect(busy.stderr).toBe(`jobtable: migrate: ${locked} is locked by another connection (a long transaction, or a tool holding the file open); try again once it is done (SQLITE_BUSY)\n`)
+    } finally {
+      holder.exec('ROLLBACK')
+      holder.close()
+    }
+  })
+
+  it('PostgreSQL errors are named in words with their code, for the command that ran, never with the password', async () => {
+    if (postgresSkipReason !== undefined) {
+      console.warn(`jobtable tests: CLI database errors on PostgreSQL SKIPPED: ${postgresSkipReason}`)
+      return
+    }
+    const url = new URL(PG_URL)
+    const at = `${url.hostname}:${url.port || '5432'}`
+    const withPassword = (user: string, database: string) => `postgres://${user}:${MARKER}@${at}/${database}`
+    const run = async (args: string[]) => {
+      const c = cli(args)
+      expect(await c.exit, args.join(' ')).toBe(1)
+      expect(c.stderr, args.join(' ')).not.toContain(MARKER)
+      expect(c.stderr, args.join(' ')).not.toMatch(/\n\s+at /)
+      return c.stderr
+    }
+    expect(await run(['jobs', 'list', '-d', withPassword(url.username || 'postgres', 'jobtable_no_such_database')])).toBe(
+      `jobtable: jobs list: database "jobtable_no_such_database" does not exist on ${at}; create it (createdb jobtable_no_such_database), or fix its name in the URL (3D000)\n`,
+    )
+    // 28000 under trust authentication, as here; 28P01 where the server asks for a password.
+    const login = await run(['migrate', '-d', withPassword('jobtable_no_such_role', url.pathname.slice(1))])
+    expect([
+      `jobtable: migrate: the server at ${at} refused the login: the user does not exist, or pg_hba.conf does not let it connect (28000)\n`,
+      `jobtable: migrate: password authentication failed at ${at}; check the user and password in the URL (or PGPASSWORD) (28P01)\n`,
+    ]).toContain(login)
+    // A role that may log in, but not create jobtable's schema.
+    const role = `jt_cli_${testSchema().slice(-12)}`
+    const admin = new pg.Client({ connectionString: PG_URL })
+    await admin.connect()
+    try {
+      await admin.query(`CREATE ROLE ${role} LOGIN`)
+      const denied = await run(['migrate', '-d', `${withPassword(role, url.pathname.slice(1))}?schema=${testSchema()}`])
+      expect(denied).toBe(
+        `jobtable: migrate: permission denied on database "${url.pathname.slice(1)}": the user in the URL lacks a privilege jobtable needs (to create its schema and tables when migrating, or to read and write them) (42501)\n`,
+      )
+    } finally {
+      await admin.query(`DROP ROLE IF EXISTS ${role}`)
+      await admin.end()
+    }
+  })
+
+  it('a read-only command on a PostgreSQL schema without jobtable tables fails, creating nothing', async () => {
+    if (postgresSkipReason !== undefined) {
+      console.warn(`jobtable tests: CLI missing schema on PostgreSQL SKIPPED: ${postgresSkipReason}`)
+      return
+    }
+    const schema = testSchema()
+    const client = new pg.Client({ connectionString: PG_URL })
+    await client.connect()
+    try {
+      for (const args of [['jobs', 'list'], ['kinds', 'paused'], ['prune', '--older-than', '1d']]) {
+        const c = cli([...args, '-d', `${PG_URL}?schema=${schema}`])
+        expect(await c.exit, args.join(' ')).toBe(1)
+        expect(c.stderr).toBe(`jobtable: no jobtable tables in the schema "${schema}" of this database (create them with jobtable migrate -d <the same URL>, or fix ?schema= in the URL)\n`)
+      }
+      expect((await client.query('SELECT 1 FROM pg_namespace WHERE nspname = $1', [schema])).rowCount).toBe(0)
+      expect(await cli(['migrate', '-d', `${PG_URL}?schema=${schema}`]).exit).toBe(0)
+      const list = cli(['jobs', 'list', '-d', `${PG_URL}?schema=${schema}`])
+      expect(await list.exit).toBe(0)
+      expect(JSON.parse(list.stdout)).toEqual({ jobs: [], nextCursor: null })
+    } finally {
+      await client.query(`DROP SCHEMA IF EXISTS "${schema}" CASCADE`)
+      await client.end()
+    }
+  })
+
+  it('a --database URL of another scheme is a usage error that prints only its scheme', async () => {
+    const c = cli(['jobs', 'list', '-d', `mysql://app:${MARKER}@db.internal/prod`])
+    expect(await c.exit).toBe(2)
+    expect(c.stderr).toBe('jobtable: --database mysql://… is not a database jobtable knows: give a SQLite file path or a postgres:// URL\nRun jobtable jobs --help for usage.\n')
   })
 })

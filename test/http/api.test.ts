@@ -271,6 +271,7 @@ describeEachBackend('HTTP API', (backend) => {
       '/api/v1/kinds/{kind}/pause',
       '/api/v1/kinds/{kind}/resume',
       '/api/v1/openapi.json',
+      '/api/v1/schedules',
       '/api/v1/stats',
       '/metrics',
     ])

@@ -65,7 +65,7 @@ export async function shutdownRun(plan: RunPlan): Promise<RunOutcome> {
     if (plan.mode === 'serve') {
       const [, port] = await worker.waitFor(/API at http:\/\/127\.0\.0\.1:(\d+)\//)
       upload = await slowUpload(Number(port))
-    } else await worker.waitFor(/jobtable worker running/, 'stderr')
+    } else await worker.waitFor(/runner started/, 'stderr')
     await new Promise((r) => setTimeout(r, plan.signalAfterMs))
     const signalled = performance.now()
     for (let i = 0; i < plan.signals; i++) {
