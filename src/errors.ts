@@ -126,13 +126,49 @@ export class DatabaseError extends JobtableError {
   }
 }
 
-/** The database was made by a newer jobtable than this one; it is left untouched. */
+/**
+ * The database's schema is newer than this jobtable and outside its
+ * window: a migration since this release changed what it reads or
+ * writes. The database is left untouched.
+ */
 export class SchemaVersionError extends JobtableError {
-  constructor(found: number, supported: number) {
+  /** The database's schema version. */
+  readonly found: number
+  /** The newest schema version this jobtable knows. */
+  readonly supported: number
+  /** The oldest jobtable schema version that runs on the database's schema (as found when known). */
+  readonly compatibleFrom: number
+  constructor(found: number, supported: number, compatibleFrom = found) {
     super(
       'schema_too_new',
-      `jobtable: the database has schema version ${found}, newer than the ${supported} this jobtable knows; upgrade jobtable`,
+      `jobtable: the database has schema version ${found}, which runs with jobtable code of schema version ${compatibleFrom} or newer; ` +
+        `this jobtable has schema version ${supported}: deploy a jobtable release of schema version ${compatibleFrom} or newer here`,
     )
+    this.found = found
+    this.supported = supported
+    this.compatibleFrom = compatibleFrom
+  }
+}
+
+/**
+ * The database's schema is older than this jobtable, and the driver was
+ * told not to migrate it (`migrate: 'verify'`): apply the migrations
+ * first (`jobtable migrate`, or `jobtable migrate --sql` through your own
+ * migration tool). The database is left untouched.
+ */
+export class SchemaBehindError extends JobtableError {
+  /** The database's schema version (0: no jobtable tables). */
+  readonly found: number
+  /** This jobtable's schema version. */
+  readonly expected: number
+  constructor(found: number, expected: number) {
+    super(
+      'schema_behind',
+      `jobtable: the database has schema version ${found}, older than the ${expected} this jobtable needs, and migrate is 'verify': ` +
+        `apply migrations ${found + 1} to ${expected} first (jobtable migrate, or jobtable migrate --sql --from ${found} through your migration tool)`,
+    )
+    this.found = found
+    this.expected = expected
   }
 }
 

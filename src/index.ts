@@ -65,6 +65,7 @@ export {
   ResultNotPublicError,
   DatabaseError,
   SchemaVersionError,
+  SchemaBehindError,
   JobFailure,
   JobSnooze,
   type PayloadIssue,

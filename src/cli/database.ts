@@ -66,19 +66,7 @@ export async function openDriver(database: string, access: DatabaseAccess): Prom
  * its statements.
  */
 async function openSqlite(database: string, access: DatabaseAccess): Promise<Driver> {
-  const path = resolve(database)
-  const folder = dirname(path)
-  if (!isDirectory(folder)) {
-    const given = dirname(database)
-    throw new CliFailure(
-      existsSync(folder)
-        ? `cannot make the database ${database}: ${given} is not a folder`
-        : `cannot open the database ${database}: the folder ${given} does not exist (create it with mkdir -p ${shellWord(given)}, or give --database a path in an existing folder)`,
-    )
-  }
-  if (access === 'existing' && !existsSync(path)) {
-    throw new CliFailure(`no database at ${database} (create it with jobtable migrate -d ${shellWord(database)})`)
-  }
+  const path = checkSqlitePath(database, access)
   const { sqlite } = await importDriver(() => import('../sqlite/index.js'), 'better-sqlite3', 'SQLite')
   try {
     return sqlite({ path })
@@ -92,6 +80,24 @@ async function openSqlite(database: string, access: DatabaseAccess): Promise<Dri
     if (typeof code === 'string' && /^SQLITE_[A-Z_]{1,60}$/.test(code)) throw new DatabaseError('open', code, /^SQLITE_(BUSY|LOCKED)/.test(code))
     throw err
   }
+}
+
+/** The SQLite file's absolute path, once its folder (and for `existing`, the file) is there; refused in words otherwise. */
+export function checkSqlitePath(database: string, access: DatabaseAccess): string {
+  const path = resolve(database)
+  const folder = dirname(path)
+  if (!isDirectory(folder)) {
+    const given = dirname(database)
+    throw new CliFailure(
+      existsSync(folder)
+        ? `cannot make the database ${database}: ${given} is not a folder`
+        : `cannot open the database ${database}: the folder ${given} does not exist (create it with mkdir -p ${shellWord(given)}, or give --database a path in an existing folder)`,
+    )
+  }
+  if (access === 'existing' && !existsSync(path)) {
+    throw new CliFailure(`no database at ${database} (create it with jobtable migrate -d ${shellWord(database)})`)
+  }
+  return path
 }
 
 function isDirectory(path: string): boolean {
@@ -117,13 +123,19 @@ async function postgresTablesExist(connectionString: string, schema: string): Pr
     const { rows } = await client.query<{ present: boolean }>(`SELECT to_regclass(format('%I.jobs', $1::text)) IS NOT NULL AS present`, [schema])
     return rows[0]?.present === true
   } catch (err) {
-    const code = (err as { code?: unknown } | null)?.code
-    if (typeof code === 'string' && (/^[0-9A-Z]{5}$/.test(code) || /^E[A-Z0-9_]{2,20}$/.test(code))) throw new DatabaseError('open', code, false)
-    if (err instanceof Error && /timeout/i.test(err.message)) throw new DatabaseError('open', 'timeout', true)
-    throw new DatabaseError('open', 'unexpected', false)
+    throw pgFailure('open', err)
   } finally {
     await client.end().catch(() => undefined)
   }
+}
+
+/** A pg error as a DatabaseError naming its SQLSTATE or socket code, never pg's message (it can quote values). */
+export function pgFailure(operation: string, err: unknown): DatabaseError {
+  if (err instanceof DatabaseError) return err
+  const code = (err as { code?: unknown } | null)?.code
+  if (typeof code === 'string' && (/^[0-9A-Z]{5}$/.test(code) || /^E[A-Z0-9_]{2,20}$/.test(code))) return new DatabaseError(operation, code, false)
+  if (err instanceof Error && /timeout/i.test(err.message)) return new DatabaseError(operation, 'timeout', true)
+  return new DatabaseError(operation, 'unexpected', false)
 }
 
 /** How to install each optional peer dependency the drivers load. */

@@ -1,3 +1,4 @@
+import { checkSchema, printMigrationSql } from './schema.js'
 import { JOB_STATUSES, JobNotFoundError, type JobStatus, type Runner } from '../index.js'
 import { COMMON_FLAGS, databaseOf, loggerFor, openRunner, type CliContext } from './runtime.js'
 import { nearest } from './suggest.js'
@@ -61,13 +62,26 @@ export async function jobs(ctx: CliContext): Promise<number> {
 
 /** `jobtable migrate`: opens the database, which applies every pending migration, and closes it; it may create the database: that is what it is for. */
 export async function migrate(ctx: CliContext): Promise<number> {
-  const { values } = parse(ctx.args, COMMON_FLAGS)
+  const { values } = parse(ctx.args, { ...COMMON_FLAGS, sql: { type: 'boolean' }, check: { type: 'boolean' }, from: { type: 'string' }, to: { type: 'string' }, out: { type: 'string' } })
   if (values.help) {
     ctx.stdout.write(HELP.migrate)
     return EXIT.ok
   }
+  if (values.sql && values.check) throw new UsageError('give --sql or --check, not both')
+  if (!values.sql && (values.from ?? values.to ?? values.out) !== undefined) throw new UsageError('--from, --to and --out go with --sql')
+  const database = databaseOf(values.database, ctx.env)
+  if (values.sql) {
+    await printMigrationSql(database, { from: values.from, to: values.to, out: values.out }, ctx.stdout)
+    return EXIT.ok
+  }
+  if (values.check) {
+    ctx.command = 'migrate --check'
+    const check = await checkSchema(database)
+    ctx.stdout.write(`${JSON.stringify(check)}\n`)
+    return check.state === 'current' && check.drift.length === 0 ? EXIT.ok : EXIT.failure
+  }
   const logger = loggerFor(values['log-level'])
-  const runner = await openRunner(databaseOf(values.database, ctx.env), 'create', 1, logger)
+  const runner = await openRunner(database, 'create', 1, logger)
   try {
     // SQLite migrated when it opened; PostgreSQL migrates on first use, so ask it now.
     await runner.driver.migrate?.()

@@ -151,12 +151,30 @@ ${RETENTION}${LOG}
   -h, --help                 this help
 `,
   migrate: `Usage: jobtable migrate [options]
+       jobtable migrate --sql [--from <n>] [--to <n>] [--out <dir>] [-d <db>]
+       jobtable migrate --check [-d <db>]
 
 Creates the job tables, or upgrades them to this version's schema, then exits.
-A database made by a newer jobtable is refused and left untouched.
+A database a newer jobtable migrated is left as it is when this version still
+runs on it (its version window), and refused otherwise, untouched.
+
+--sql prints the SQL of each migration, for your own migration tool: SQLite's,
+or PostgreSQL's for the schema of a postgres:// --database (nothing connects).
+Each script records itself, so a database it made is one this version runs on
+with the driver option migrate: 'verify'.
+
+--check reads the schema without changing it and prints what it found as JSON
+({version, expected, compatibleFrom, state, runs, drift, advice}); it exits 1
+when the schema is behind, ahead or drifted (a missing index, a changed
+function), 0 when it is exactly this version's.
 
 Options:
 ${DATABASE}
+      --sql                  print the migrations' SQL instead of applying them
+      --from <n>             with --sql: the version the database is at (default 0)
+      --to <n>               with --sql: the last version to print (default this version's)
+      --out <dir>            with --sql: one file per version in <dir>, instead of stdout
+      --check                check the schema; exit 1 when it is not this version's
 ${LOG}
   -h, --help                 this help
 `,

@@ -1,11 +1,13 @@
 import type pg from 'pg'
-import { SchemaVersionError } from '../errors.js'
+import { decide, LEGACY_VERSION, recordedInLegacy, windowStarts, type MigrateMode, type SchemaState } from '../schema-window.js'
 import { NOTIFY_CHANNEL } from './queries.js'
 
 /** A numbered migration: `sql(s)` gives its statements for the quoted schema `s`. */
 interface Migration {
   readonly version: number
   readonly sql: (s: string) => string
+  /** The oldest code version that runs on the schema it leaves (src/schema-window.ts); default: the window before it. */
+  readonly compatibleFrom?: number
 }
 
 /**
@@ -344,35 +346,67 @@ export const MIGRATIONS: readonly Migration[] = [
       $fn$;
     `,
   },
-
+  {
+    version: 13,
+    // Adds a nullable column: code of schema 12 runs on it (and writes NULL there).
+    compatibleFrom: 12,
+    sql: (s) => `
+      -- The jobtable release each runner runs, for operators reading a
+      -- rolling deploy (jobtable doctor); NULL for releases before it.
+      ALTER TABLE ${s}.runners ADD COLUMN version text;
+    `,
+  },
 ]
 
 /** The schema version this jobtable writes. */
 export const SCHEMA_VERSION = MIGRATIONS.length
 
+const STARTS = windowStarts(MIGRATIONS)
+
+/** The bookkeeping tables, made before the first migration (IF NOT EXISTS: every script and every migrator may run it). */
+function bookkeeping(schema: string): string {
+  return `
+CREATE SCHEMA IF NOT EXISTS ${schema};
+CREATE TABLE IF NOT EXISTS ${schema}.migrations (version integer PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now());
+-- Versions after ${LEGACY_VERSION}, with the oldest code version that runs on each (see jobtable's src/schema-window.ts).
+CREATE TABLE IF NOT EXISTS ${schema}.schema_versions (version integer PRIMARY KEY, compatible_from integer NOT NULL, applied_at timestamptz NOT NULL DEFAULT now());
+`
+}
+
+/** The statements that record migration `version` as applied in `schema`. */
+function recordSql(schema: string, version: number): string {
+  const from = STARTS.get(version)!
+  const legacy = recordedInLegacy(version, from) ? `INSERT INTO ${schema}.migrations (version) VALUES (${version});\n` : ''
+  const windowed = version > LEGACY_VERSION ? `INSERT INTO ${schema}.schema_versions (version, compatible_from) VALUES (${version}, ${from});\n` : ''
+  return legacy + windowed
+}
+
 /**
- * Applies the migrations the schema lacks in one transaction under a
- * transaction-scoped advisory lock keyed by the schema, so ten processes
- * starting at once migrate exactly once: the others wait for the lock,
- * then find nothing to do. A schema made by a newer jobtable is refused
- * with SchemaVersionError and left untouched. `schema` must be quoted.
+ * Brings the schema to this jobtable's version as `mode` says (see
+ * MigrateMode): `auto` applies the migrations it lacks in one transaction
+ * under a transaction-scoped advisory lock keyed by the schema, so ten
+ * processes starting at once migrate exactly once (the others wait for
+ * the lock, then find nothing to do); `verify` only reads; `off` does
+ * nothing. A newer schema inside this jobtable's window is left as it is;
+ * one outside it is refused with SchemaVersionError and left untouched.
+ * `schema` must be quoted.
  */
-export async function migrateSchema(client: pg.ClientBase, schema: string, target = SCHEMA_VERSION): Promise<void> {
+export async function migrateSchema(client: pg.ClientBase, schema: string, target = SCHEMA_VERSION, mode: MigrateMode = 'auto'): Promise<void> {
+  if (mode === 'off') return
   // Fast path without the lock, which needs no CREATE privilege once migrated.
-  const current = await readVersion(client, schema)
-  if (current !== undefined && current > SCHEMA_VERSION) throw new SchemaVersionError(current, SCHEMA_VERSION)
-  if (current !== undefined && current >= target) return
+  const current = await readSchema(client, schema)
+  if (decide(current, SCHEMA_VERSION, mode) === 'run' || (current?.version ?? 0) >= target) return
   await client.query('BEGIN')
   try {
     await client.query(`SELECT pg_advisory_xact_lock(hashtext('jobtable'), hashtext($1))`, [schema])
-    await client.query(`CREATE SCHEMA IF NOT EXISTS ${schema}`)
-    await client.query(`CREATE TABLE IF NOT EXISTS ${schema}.migrations (version integer PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now())`)
-    const locked = (await readVersion(client, schema)) ?? 0
-    if (locked > SCHEMA_VERSION) throw new SchemaVersionError(locked, SCHEMA_VERSION)
-    for (const m of MIGRATIONS) {
-      if (m.version <= locked || m.version > target) continue
-      await client.query(m.sql(schema))
-      await client.query(`INSERT INTO ${schema}.migrations (version) VALUES ($1)`, [m.version])
+    await client.query(bookkeeping(schema))
+    const locked = await readSchema(client, schema)
+    if (decide(locked, SCHEMA_VERSION, 'auto') === 'migrate') {
+      for (const m of MIGRATIONS) {
+        if (m.version <= (locked?.version ?? 0) || m.version > target) continue
+        await client.query(m.sql(schema))
+        await client.query(recordSql(schema, m.version))
+      }
     }
     await client.query('COMMIT')
   } catch (err) {
@@ -381,10 +415,84 @@ export async function migrateSchema(client: pg.ClientBase, schema: string, targe
   }
 }
 
-/** The schema's version, or undefined when it has no migrations table yet. */
-async function readVersion(client: pg.ClientBase, schema: string): Promise<number | undefined> {
-  const exists = await client.query<{ found: boolean }>(`SELECT to_regclass($1) IS NOT NULL AS found`, [`${schema}.migrations`])
-  if (!exists.rows[0]?.found) return undefined
-  const row = await client.query<{ version: number | null }>(`SELECT max(version) AS version FROM ${schema}.migrations`)
-  return row.rows[0]?.version ?? 0
+/** The schema's version and window, or undefined when it has no migrations table yet. Reads only. */
+export async function readSchema(client: pg.ClientBase, schema: string): Promise<SchemaState | undefined> {
+  const tables = await client.query<{ legacy: boolean; windowed: boolean }>(
+    `SELECT to_regclass($1) IS NOT NULL AS legacy, to_regclass($2) IS NOT NULL AS windowed`,
+    [`${schema}.migrations`, `${schema}.schema_versions`],
+  )
+  if (!tables.rows[0]?.legacy) return undefined
+  const legacy = (await client.query<{ v: number | null }>(`SELECT max(version) AS v FROM ${schema}.migrations`)).rows[0]?.v ?? 0
+  const windowed = tables.rows[0].windowed
+    ? (await client.query<{ v: number | null; f: number | null }>(`SELECT max(version) AS v, max(compatible_from) AS f FROM ${schema}.schema_versions`)).rows[0]!
+    : { v: null, f: null }
+  const version = Math.max(legacy, windowed.v ?? 0)
+  // A legacy version above every windowed one was recorded without a window: only its own code runs on it.
+  return { version, compatibleFrom: legacy > (windowed.v ?? 0) ? legacy : (windowed.f ?? version) }
+}
+
+/**
+ * The SQL of migrations `from + 1` to `to` for `schema` (quoted), one
+ * script per version, each in its own transaction and recording itself:
+ * what `jobtable migrate --sql` prints for a team's own migration tool.
+ * Applied in order by psql, they give the schema migrateSchema gives.
+ */
+export function migrationScripts(schema: string, from = 0, to = SCHEMA_VERSION): { version: number; sql: string }[] {
+  return MIGRATIONS.filter((m) => m.version > from && m.version <= to).map((m) => ({
+    version: m.version,
+    sql: `-- jobtable PostgreSQL schema version ${m.version}\nBEGIN;\nSELECT pg_advisory_xact_lock(hashtext('jobtable'), hashtext('${schema.replace(/'/g, "''")}'));\n${bookkeeping(schema).trim()}\n${m.sql(schema)}\n${recordSql(schema, m.version)}COMMIT;\n`,
+  }))
+}
+
+/**
+ * How the schema differs from what its version should be: each table
+ * column, index, function or trigger of jobtable's that is missing, extra
+ * or not as its migrations made it. Compared with a scratch schema
+ * migrated to the same version inside a transaction that is rolled back,
+ * so nothing is left behind (it needs the CREATE privilege on the
+ * database). Empty when it matches; a schema newer than this jobtable is
+ * not compared.
+ */
+export async function schemaDrift(client: pg.ClientBase, schema: string, unquoted: string): Promise<string[]> {
+  const state = await readSchema(client, schema)
+  if (state === undefined || state.version > SCHEMA_VERSION) return []
+  const scratch = `jobtable_drift_${process.pid}_${Date.now()}`
+  await client.query('BEGIN')
+  try {
+    await client.query(`CREATE SCHEMA "${scratch}"`)
+    for (const m of MIGRATIONS) if (m.version <= state.version) await client.query(m.sql(`"${scratch}"`))
+    const expected = await catalogOf(client, scratch)
+    const found = await catalogOf(client, unquoted)
+    const out: string[] = []
+    for (const [name, def] of expected) {
+      if (!found.has(name)) out.push(`missing ${name}`)
+      else if (found.get(name) !== def) out.push(`changed ${name}`)
+    }
+    for (const name of found.keys()) if (!expected.has(name)) out.push(`unexpected ${name}`)
+    return out.sort()
+  } finally {
+    await client.query('ROLLBACK').catch(() => undefined)
+  }
+}
+
+/** A schema's columns, indexes, functions and triggers, by name, with their definitions, the schema's own name taken out. */
+async function catalogOf(client: pg.ClientBase, schema: string): Promise<Map<string, string>> {
+  const rows = await client.query<{ name: string; def: string }>(
+    `SELECT 'column ' || table_name || '.' || column_name AS name,
+            concat_ws(' ', data_type, is_nullable, column_default) AS def
+       FROM information_schema.columns WHERE table_schema = $1 AND table_name NOT IN ('migrations', 'schema_versions')
+     UNION ALL
+     SELECT 'index ' || indexname, indexdef FROM pg_indexes WHERE schemaname = $1 AND tablename NOT IN ('migrations', 'schema_versions')
+     UNION ALL
+     SELECT 'function ' || p.proname || '(' || pg_get_function_identity_arguments(p.oid) || ')', p.prosrc || coalesce(array_to_string(p.proconfig, ','), '')
+       FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace WHERE n.nspname = $1
+     UNION ALL
+     SELECT 'trigger ' || t.tgname, pg_get_triggerdef(t.oid)
+       FROM pg_trigger t JOIN pg_class c ON c.oid = t.tgrelid JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = $1 AND NOT t.tgisinternal`,
+    [schema],
+  )
+  // Migrations write the schema quoted (in names and in string literals); the catalog renders a name unquoted when it can.
+  const quoted = new RegExp(`"${schema}"`, 'g')
+  const bare = new RegExp(`\\b${schema}\\.`, 'g')
+  return new Map(rows.rows.map((r) => [r.name, r.def.replace(quoted, 'S').replace(bare, 'S.')]))
 }

@@ -1,6 +1,6 @@
 import type Database from 'better-sqlite3'
 import type { SqliteDatabase } from './database.js'
-import { SchemaVersionError } from '../errors.js'
+import { decide, LEGACY_VERSION, recordedInLegacy, windowStarts, type MigrateMode, type SchemaState } from '../schema-window.js'
 
 /**
  * The schema, as numbered migrations applied in order on open. A database
@@ -12,7 +12,7 @@ import { SchemaVersionError } from '../errors.js'
  * scope per job) adds columns by a new migration at the end of this list;
  * an applied migration is never edited.
  */
-export const MIGRATIONS: readonly { version: number; sql: string }[] = [
+export const MIGRATIONS: readonly { version: number; sql: string; compatibleFrom?: number }[] = [
   {
     version: 1,
     sql: `
@@ -214,30 +214,142 @@ export const MIGRATIONS: readonly { version: number; sql: string }[] = [
       ALTER TABLE jobtable_jobs ADD COLUMN trace_context TEXT;
     `,
   },
+  {
+    version: 13,
+    // Adds a nullable column: code of schema 12 runs on it (and writes NULL there).
+    compatibleFrom: 12,
+    sql: `
+      -- The jobtable release each runner runs, for operators reading a
+      -- rolling deploy (jobtable doctor); NULL for releases before it.
+      ALTER TABLE jobtable_runners ADD COLUMN version TEXT;
+    `,
+  },
 ]
 
 /** The schema version this jobtable writes. */
 export const SCHEMA_VERSION = MIGRATIONS.length
 
+const STARTS = windowStarts(MIGRATIONS)
+
+/** The bookkeeping tables, made before the first migration (IF NOT EXISTS: every script and every open may run it). */
+const BOOKKEEPING = `
+  CREATE TABLE IF NOT EXISTS jobtable_migrations (version INTEGER PRIMARY KEY, applied_at INTEGER NOT NULL) STRICT;
+  -- Versions after ${LEGACY_VERSION}, with the oldest code version that runs on each (see src/schema-window.ts).
+  CREATE TABLE IF NOT EXISTS jobtable_schema_versions (
+    version         INTEGER PRIMARY KEY,
+    compatible_from INTEGER NOT NULL,
+    applied_at      INTEGER NOT NULL
+  ) STRICT;
+`
+
+/** The statements that record migration `version` as applied, at `appliedAt` (SQL text: a number, or an expression for a script). */
+function recordSql(version: number, appliedAt: string): string {
+  const from = STARTS.get(version)!
+  const legacy = recordedInLegacy(version, from) ? `INSERT INTO jobtable_migrations (version, applied_at) VALUES (${version}, ${appliedAt});\n` : ''
+  const windowed = version > LEGACY_VERSION ? `INSERT INTO jobtable_schema_versions (version, compatible_from, applied_at) VALUES (${version}, ${from}, ${appliedAt});\n` : ''
+  return legacy + windowed
+}
+
+/**
+ * The database's schema version and window, or undefined when it has no
+ * jobtable tables. Reads only.
+ */
+export function readSchema(database: SqliteDatabase): SchemaState | undefined {
+  const db = database as Database.Database
+  const has = (table: string) => db.prepare(`SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?`).get(table) !== undefined
+  if (!has('jobtable_migrations')) return undefined
+  const legacy = (db.prepare('SELECT max(version) AS v FROM jobtable_migrations').get() as { v: number | null }).v ?? 0
+  const windowed = has('jobtable_schema_versions')
+    ? (db.prepare('SELECT max(version) AS v, max(compatible_from) AS f FROM jobtable_schema_versions').get() as { v: number | null; f: number | null })
+    : { v: null, f: null }
+  const version = Math.max(legacy, windowed.v ?? 0)
+  // A legacy version above every windowed one was recorded without a window: only its own code runs on it.
+  return { version, compatibleFrom: legacy > (windowed.v ?? 0) ? legacy : (windowed.f ?? version) }
+}
+
 /**
  * Applies the migrations `db` lacks, up to `target`, in one immediate
  * transaction, so two processes opening one file at once migrate it
  * exactly once: the second waits for the first's lock, then finds nothing
- * to do.
+ * to do. A newer schema inside this jobtable's window is left as it is;
+ * one outside it is refused with SchemaVersionError.
  */
 export function migrate(database: SqliteDatabase, target = SCHEMA_VERSION): void {
   // Typed by shape in the public signature; it is a better-sqlite3 Database (see SqliteDatabase).
   const db = database as Database.Database
   db.transaction(() => {
-    db.exec('CREATE TABLE IF NOT EXISTS jobtable_migrations (version INTEGER PRIMARY KEY, applied_at INTEGER NOT NULL) STRICT')
-    const row = db.prepare('SELECT max(version) AS version FROM jobtable_migrations').get() as { version: number | null }
-    const current = row.version ?? 0
-    if (current > SCHEMA_VERSION) throw new SchemaVersionError(current, SCHEMA_VERSION)
-    const record = db.prepare('INSERT INTO jobtable_migrations (version, applied_at) VALUES (?, ?)')
+    db.exec(BOOKKEEPING)
+    if (decide(readSchema(db), SCHEMA_VERSION, 'auto') === 'run') return
+    const current = readSchema(db)?.version ?? 0
     for (const m of MIGRATIONS) {
       if (m.version <= current || m.version > target) continue
       db.exec(m.sql)
-      record.run(m.version, Date.now())
+      db.exec(recordSql(m.version, String(Date.now())))
     }
   }).immediate()
+}
+
+/**
+ * Opens the schema as the driver's `migrate` option says (see
+ * MigrateMode): migrates it, checks it without writing, or trusts it.
+ */
+export function openSchema(database: SqliteDatabase, mode: MigrateMode): void {
+  if (mode === 'auto') migrate(database)
+  else decide(readSchema(database), SCHEMA_VERSION, mode)
+}
+
+/**
+ * The SQL of migrations `from + 1` to `to`, one script per version, each
+ * recording itself as applied: what `jobtable migrate --sql` prints for a
+ * team's own migration tool. Applied in order by the sqlite3 shell, they
+ * give the schema `migrate()` gives.
+ */
+export function migrationScripts(from = 0, to = SCHEMA_VERSION): { version: number; sql: string }[] {
+  const appliedAt = "CAST(strftime('%s', 'now') AS INTEGER) * 1000"
+  return MIGRATIONS.filter((m) => m.version > from && m.version <= to).map((m) => ({
+    version: m.version,
+    sql: `-- jobtable SQLite schema version ${m.version}\nBEGIN IMMEDIATE;\n${dedent(BOOKKEEPING)}\n${dedent(m.sql)}\n${recordSql(m.version, appliedAt)}COMMIT;\n`,
+  }))
+}
+
+/**
+ * How the database's schema differs from what its version should be: each
+ * table, index or trigger of jobtable's that is missing, extra or not as
+ * its migrations made it (an index an operator dropped, a column added by
+ * hand). Compared with a scratch in-memory database migrated to the same
+ * version. Empty when it matches; a schema newer than this jobtable is not
+ * compared (its migrations are unknown here).
+ */
+export function schemaDrift(database: SqliteDatabase): string[] {
+  const db = database as Database.Database
+  const state = readSchema(db)
+  if (state === undefined || state.version > SCHEMA_VERSION) return []
+  const scratch = new (db.constructor as typeof Database)(':memory:')
+  try {
+    migrate(scratch, state.version)
+    return compareObjects(objectsOf(scratch), objectsOf(db))
+  } finally {
+    scratch.close()
+  }
+}
+
+/** jobtable's tables, indexes and triggers, by name, with their SQL with whitespace normalized. */
+function objectsOf(db: Database.Database): Map<string, string> {
+  const rows = db.prepare(`SELECT type, name, sql FROM sqlite_master WHERE name LIKE 'jobtable%' AND sql IS NOT NULL`).all() as { type: string; name: string; sql: string }[]
+  return new Map(rows.map((r) => [`${r.type} ${r.name}`, r.sql.replace(/--[^\n]*/g, '').replace(/\s+/g, ' ').replace(/\( /g, '(').replace(/ \)/g, ')').trim()]))
+}
+
+/** The differences between the objects expected and those found, one line each. */
+export function compareObjects(expected: Map<string, string>, found: Map<string, string>): string[] {
+  const out: string[] = []
+  for (const [name, sql] of expected) {
+    if (!found.has(name)) out.push(`missing ${name}`)
+    else if (found.get(name) !== sql) out.push(`changed ${name}`)
+  }
+  for (const name of found.keys()) if (!expected.has(name)) out.push(`unexpected ${name}`)
+  return out.sort()
+}
+
+function dedent(sql: string): string {
+  return sql.replace(/^\n+|\s+$/g, '').replace(/^ {4,6}/gm, '')
 }

@@ -2,7 +2,8 @@ import pg from 'pg'
 import { afterEach, beforeEach, describe, expect, it } from 'vitest'
 import { ConfigError, SchemaVersionError } from 'jobtable'
 import { postgres, SCHEMA_VERSION } from 'jobtable/postgres'
-import { MIGRATIONS, migrateSchema } from '../../src/postgres/migrations.js'
+import { MIGRATIONS, migrateSchema, readSchema } from '../../src/postgres/migrations.js'
+import { LEGACY_VERSION } from '../../src/schema-window.js'
 import { PG_URL, postgresBackend, testSchema } from '../support/backends.js'
 
 const skip = postgresBackend().skip
@@ -27,29 +28,50 @@ describe.skipIf(skip !== undefined)('postgres: schema and migrations', () => {
     } finally {
       await Promise.all(drivers.map((d) => d.close()))
     }
+    // Each version recorded once: up to 12 where releases before the version window read it, later ones with their window.
     const versions = await admin.query<{ version: number }>(`SELECT version FROM "${schema}".migrations ORDER BY version`)
-    expect(versions.rows.map((r) => r.version)).toEqual(Array.from({ length: SCHEMA_VERSION }, (_, i) => i + 1))
+    expect(versions.rows.map((r) => r.version)).toEqual(Array.from({ length: LEGACY_VERSION }, (_, i) => i + 1))
+    const windowed = await admin.query<{ version: number }>(`SELECT version FROM "${schema}".schema_versions ORDER BY version`)
+    expect(windowed.rows.map((r) => r.version)).toEqual(Array.from({ length: SCHEMA_VERSION - LEGACY_VERSION }, (_, i) => LEGACY_VERSION + i + 1))
     const tables = await admin.query<{ name: string }>(
       `SELECT table_name AS name FROM information_schema.tables WHERE table_schema = $1 ORDER BY 1`,
       [schema],
     )
-    expect(tables.rows.map((r) => r.name)).toEqual(['jobs', 'migrations', 'paused_kinds', 'runners', 'schedules'])
+    expect(tables.rows.map((r) => r.name)).toEqual(['jobs', 'migrations', 'paused_kinds', 'runners', 'schedules', 'schema_versions'])
   })
 
-  it('refuses a schema made by a newer jobtable and leaves it untouched', async () => {
+  it('refuses a schema made by a newer jobtable outside its window, naming both versions, and leaves it untouched', async () => {
     const first = postgres({ connectionString: PG_URL, schema })
     await first.migrate()
     await first.close()
-    await admin.query(`INSERT INTO "${schema}".migrations (version) VALUES ($1)`, [SCHEMA_VERSION + 1])
+    await admin.query(`INSERT INTO "${schema}".schema_versions (version, compatible_from) VALUES ($1, $1)`, [SCHEMA_VERSION + 1])
     const newer = postgres({ connectionString: PG_URL, schema })
     try {
       await expect(newer.migrate()).rejects.toBeInstanceOf(SchemaVersionError)
-      await expect(newer.jobList({ limit: 1 })).rejects.toBeInstanceOf(SchemaVersionError)
+      await expect(newer.jobList({ limit: 1 })).rejects.toThrow(`schema version ${SCHEMA_VERSION + 1}, which runs with jobtable code of schema version ${SCHEMA_VERSION + 1} or newer; this jobtable has schema version ${SCHEMA_VERSION}`)
     } finally {
       await newer.close()
     }
-    const versions = await admin.query(`SELECT version FROM "${schema}".migrations`)
-    expect(versions.rowCount).toBe(SCHEMA_VERSION + 1)
+    const versions = await admin.query(`SELECT version FROM "${schema}".schema_versions`)
+    expect(versions.rowCount).toBe(SCHEMA_VERSION - LEGACY_VERSION + 1)
+  })
+
+  it('runs on a newer schema inside its window (a later migration that only adds), migrating nothing', async () => {
+    const first = postgres({ connectionString: PG_URL, schema })
+    await first.migrate()
+    await first.close()
+    // What a later release's additive migration leaves: a column, and its version with this one's window.
+    await admin.query(`ALTER TABLE "${schema}".jobs ADD COLUMN later text`)
+    await admin.query(`INSERT INTO "${schema}".schema_versions (version, compatible_from) VALUES ($1, $2)`, [SCHEMA_VERSION + 1, SCHEMA_VERSION - 1])
+    const older = postgres({ connectionString: PG_URL, schema })
+    try {
+      await older.migrate()
+      await older.jobInsertMany({ jobs: [{ id: 'j', kind: 'echo', payload: '{}', scope: null, priority: 0, runAt: null, maxAttempts: 1, timeoutMs: null, requeueInterrupted: false }], now: 1 })
+      expect(await older.jobGet({ id: 'j' })).toMatchObject({ status: 'queued' })
+    } finally {
+      await older.close()
+    }
+    expect((await admin.query(`SELECT max(version) AS v FROM "${schema}".schema_versions`)).rows[0].v).toBe(SCHEMA_VERSION + 1)
   })
 
   it('migrates a schema left at an older version forward, keeping its jobs', async () => {
@@ -68,8 +90,7 @@ describe.skipIf(skip !== undefined)('postgres: schema and migrations', () => {
     } finally {
       await second.close()
     }
-    const versions = await admin.query(`SELECT max(version) AS v FROM "${schema}".migrations`)
-    expect(versions.rows[0].v).toBe(SCHEMA_VERSION)
+    expect((await readSchema(admin as never, `"${schema}"`))?.version).toBe(SCHEMA_VERSION)
     const runners = await admin.query(`SELECT to_regclass($1) AS t`, [`"${schema}".runners`])
     expect(runners.rows[0].t).not.toBeNull()
     const kinds = await admin.query(`SELECT column_name FROM information_schema.columns WHERE table_schema = $1 AND table_name = 'runners' AND column_name = 'kinds'`, [schema])
@@ -94,7 +115,7 @@ describe.skipIf(skip !== undefined)('postgres: schema and migrations', () => {
     } finally {
       await driver.close()
     }
-    expect((await admin.query(`SELECT max(version) AS v FROM "${schema}".migrations`)).rows[0].v).toBe(SCHEMA_VERSION)
+    expect((await readSchema(admin as never, `"${schema}"`))?.version).toBe(SCHEMA_VERSION)
   })
 
   it("migration 12 makes claim_jobs return each job's trace context and ready time, the function otherwise as migration 10 made it", async () => {

@@ -7,6 +7,7 @@ import { afterEach, beforeEach, describe, expect, it } from 'vitest'
 import { z } from 'zod'
 import { ConfigError, Runner, SchemaVersionError, claimErrorChannel } from 'jobtable'
 import { SCHEMA_VERSION, migrate, sqlite, type SqliteDriver } from 'jobtable/sqlite'
+import { readSchema } from '../../src/sqlite/migrations.js'
 import { captureLogs } from '../support/logs.js'
 import { track } from '../support/wait.js'
 import * as sql from '../../src/sqlite/queries.js'
@@ -71,7 +72,7 @@ describe('sqlite: storage', () => {
     r.register('echo', { payload, handler: () => undefined })
     const version = new Database(path, { readonly: true })
     cleanup.push(() => version.close())
-    expect(version.prepare('SELECT max(version) AS v FROM jobtable_migrations').get()).toEqual({ v: SCHEMA_VERSION })
+    expect(readSchema(version)?.version).toBe(SCHEMA_VERSION)
     expect(SCHEMA_VERSION).toBeGreaterThan(1)
     const done = track(r)
     await r.start()
@@ -79,15 +80,33 @@ describe('sqlite: storage', () => {
     expect(await r.get('old-job')).toMatchObject({ status: 'succeeded' })
   })
 
-  it('refuses a database made by a newer jobtable and leaves it untouched', () => {
+  it('refuses a database made by a newer jobtable outside its window and leaves it untouched', () => {
     const db = new Database(path)
     migrate(db)
-    db.prepare('INSERT INTO jobtable_migrations (version, applied_at) VALUES (?, 0)').run(SCHEMA_VERSION + 1)
+    db.prepare('INSERT INTO jobtable_schema_versions (version, compatible_from, applied_at) VALUES (?, ?, 0)').run(SCHEMA_VERSION + 1, SCHEMA_VERSION + 1)
     db.close()
     expect(() => sqlite({ path })).toThrow(SchemaVersionError)
     const check = new Database(path, { readonly: true })
     cleanup.push(() => check.close())
-    expect(check.prepare('SELECT max(version) AS v FROM jobtable_migrations').get()).toEqual({ v: SCHEMA_VERSION + 1 })
+    expect(readSchema(check)).toEqual({ version: SCHEMA_VERSION + 1, compatibleFrom: SCHEMA_VERSION + 1 })
+  })
+
+  it('runs on a newer database inside its window (a later migration that only adds), migrating nothing', async () => {
+    const db = new Database(path)
+    migrate(db)
+    db.exec('ALTER TABLE jobtable_jobs ADD COLUMN later TEXT')
+    db.prepare('INSERT INTO jobtable_schema_versions (version, compatible_from, applied_at) VALUES (?, ?, 0)').run(SCHEMA_VERSION + 1, SCHEMA_VERSION - 1)
+    db.close()
+    const r = runner()
+    const echo = r.register('echo', { payload, handler: () => undefined })
+    const done = track(r)
+    await r.start()
+    const id = await echo.enqueue({ n: 1 })
+    await done.ends([id])
+    expect(await r.get(id)).toMatchObject({ status: 'succeeded' })
+    const check = new Database(path, { readonly: true })
+    cleanup.push(() => check.close())
+    expect(readSchema(check)?.version).toBe(SCHEMA_VERSION + 1)
   })
 
   it('retries a claim refused by a real lock held by another connection; the job runs when the lock goes, with no new wake', async () => {
