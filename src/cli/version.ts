@@ -1,12 +1,7 @@
-import { readFileSync } from 'node:fs'
+import { JOBTABLE_VERSION } from '../version.js'
 
-/**
- * jobtable's version, from its package.json: two folders up from this
- * module both in src/cli (run through tsx) and in dist/cli (as
- * installed), where package.json sits beside src and dist.
- */
+/** jobtable's version, for `jobtable --version`. */
 export function packageVersion(): string {
-  const manifest = JSON.parse(readFileSync(new URL('../../package.json', import.meta.url), 'utf8')) as { name?: unknown; version?: unknown }
-  if (manifest.name !== 'jobtable' || typeof manifest.version !== 'string') throw new Error('package.json beside jobtable is not its own')
-  return manifest.version
+  if (JOBTABLE_VERSION === null) throw new Error('package.json beside jobtable is not its own')
+  return JOBTABLE_VERSION
 }

@@ -1,3 +1,5 @@
+import { VERSION_SQL } from '../version.js'
+
 /**
  * Every SQL statement the PostgreSQL driver runs, in one place, for the
  * tables of one schema. `s` is the schema name, already validated and
@@ -319,9 +321,9 @@ export function queries(s: string) {
         FROM orphans o WHERE j.seq = o.seq
       RETURNING o.requeue`,
 
-    /** Records a live runner of the kinds $4 with a lease of $3 ms on the database's clock. */
+    /** Records a live runner of the kinds $4, with jobtable's release, and a lease of $3 ms on the database's clock. */
     registerRunner: `
-      INSERT INTO ${s}.runners (id, started_at, heartbeat_at, expires_at, kinds) VALUES ($1, $2, $2, ${dbNowMs} + $3, $4::text[])
+      INSERT INTO ${s}.runners (id, started_at, heartbeat_at, expires_at, kinds, version) VALUES ($1, $2, $2, ${dbNowMs} + $3, $4::text[], ${VERSION_SQL})
       ON CONFLICT (id) DO UPDATE SET heartbeat_at = $2, expires_at = ${dbNowMs} + $3, kinds = $4::text[]`,
 
     /**

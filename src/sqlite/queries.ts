@@ -1,3 +1,5 @@
+import { VERSION_SQL } from '../version.js'
+
 /**
  * Every SQL statement the SQLite driver runs, in one place. Times are
  * milliseconds since the epoch, passed in from the runner's clock.
@@ -240,9 +242,9 @@ export const failInterrupted = `
      AND runner_id IS NOT @runnerId
      AND (runner_id IS NULL OR runner_id NOT IN (SELECT id FROM jobtable_runners))`
 
-/** Records a runner as live with its kinds; its lock file, not a lease, proves it so (expires_at NULL). */
+/** Records a runner as live with its kinds and jobtable's release; its lock file, not a lease, proves it so (expires_at NULL). */
 export const registerRunner = `
-  INSERT INTO jobtable_runners (id, started_at, heartbeat_at, expires_at, kinds) VALUES (@runnerId, @now, @now, NULL, @kinds)
+  INSERT INTO jobtable_runners (id, started_at, heartbeat_at, expires_at, kinds, version) VALUES (@runnerId, @now, @now, NULL, @kinds, ${VERSION_SQL})
   ON CONFLICT (id) DO UPDATE SET heartbeat_at = @now, kinds = @kinds`
 
 export const heartbeatRunner = `UPDATE jobtable_runners SET heartbeat_at = @now WHERE id = @runnerId`

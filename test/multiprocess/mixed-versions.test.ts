@@ -23,6 +23,7 @@ import { defineKind, Runner, type Driver } from 'jobtable'
 import { postgres, SCHEMA_VERSION as PG_SCHEMA_VERSION } from 'jobtable/postgres'
 import { sqlite, SCHEMA_VERSION } from 'jobtable/sqlite'
 import { PG_URL, postgresSkipReason, testSchema } from '../support/backends.js'
+import { JOBTABLE_VERSION } from '../../src/version.js'
 import { eventually } from './processes.js'
 
 const REPO = resolve(import.meta.dirname, '../..')
@@ -107,7 +108,7 @@ interface Backend {
   readonly name: 'sqlite' | 'postgres'
   readonly skip: string | undefined
   /** A fresh database: the old worker's environment, a driver of the newest code on it, raw reads, and its removal. */
-  make(): Promise<{ env: Record<string, string>; driver: () => Driver; legacyMax: () => Promise<number>; writeLegacy: (v: number) => Promise<void>; drop: () => Promise<void> }>
+  make(): Promise<{ env: Record<string, string>; driver: () => Driver; legacyMax: () => Promise<number>; runnerVersions: () => Promise<(string | null)[]>; writeLegacy: (v: number) => Promise<void>; drop: () => Promise<void> }>
 }
 
 const BACKENDS: Backend[] = [
@@ -129,6 +130,7 @@ const BACKENDS: Backend[] = [
         env: { JT_BACKEND: 'sqlite', JT_SQLITE_PATH: path },
         driver: () => sqlite({ path, pollIntervalMs: 50 }),
         legacyMax: async () => raw((db) => (db.prepare('SELECT max(version) AS v FROM jobtable_migrations').get() as { v: number }).v),
+        runnerVersions: async () => raw((db) => (db.prepare('SELECT version FROM jobtable_runners').all() as { version: string | null }[]).map((r) => r.version)),
         writeLegacy: async (v) => void raw((db) => db.prepare('INSERT INTO jobtable_migrations (version, applied_at) VALUES (?, 0)').run(v)),
         drop: async () => rmSync(dir, { recursive: true, force: true }),
       }
@@ -144,6 +146,7 @@ const BACKENDS: Backend[] = [
         env: { JT_BACKEND: 'postgres', JT_PG_URL: PG_URL, JT_SCHEMA: schema },
         driver: () => postgres({ connectionString: PG_URL, schema, leaseMs: 3_000 }),
         legacyMax: async () => (await admin.query<{ v: number }>(`SELECT max(version) AS v FROM "${schema}".migrations`)).rows[0]!.v,
+        runnerVersions: async () => (await admin.query<{ version: string | null }>(`SELECT version FROM "${schema}".runners`)).rows.map((r) => r.version),
         writeLegacy: async (v) => void (await admin.query(`INSERT INTO "${schema}".migrations (version) VALUES ($1)`, [v])),
         drop: async () => {
           await admin.query(`DROP SCHEMA IF EXISTS "${schema}" CASCADE`)
@@ -196,6 +199,8 @@ for (const backend of BACKENDS) {
         }
         await round()
         expect(await db.legacyMax()).toBe(12) // migrations inside the window are recorded where the old release does not read
+        // Each runner's release, as an operator reads a rolling deploy: the newest records its own, the old one none.
+        expect((await db.runnerVersions()).sort()).toEqual([null, JOBTABLE_VERSION].sort())
 
         // The old release restarts on the migrated schema: after a crash, and after a graceful stop.
         first.child.kill('SIGKILL')
