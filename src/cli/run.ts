@@ -6,6 +6,7 @@ import { DEFAULT_DATABASE } from './database.js'
 import { jobs, kinds, migrate } from './jobs.js'
 import { pruneCommand } from './prune.js'
 import type { CliContext } from './runtime.js'
+import { doctorCommand } from './doctor.js'
 import { schedulesCommand } from './schedules.js'
 import { serve } from './serve.js'
 import { CliFailure, EXIT, HELP, UsageError } from './usage.js'
@@ -36,6 +37,8 @@ export async function run(argv: string[], io: { stdout: NodeJS.WritableStream; s
         return await pruneCommand(ctx)
       case 'schedules':
         return await schedulesCommand(ctx)
+      case 'doctor':
+        return await doctorCommand(ctx)
       case '-v':
       case '--version':
         io.stdout.write(`${packageVersion()}\n`)

@@ -6,7 +6,7 @@ import { checkSqlitePath, isPostgresUrl, pgFailure } from './database.js'
 import { CliFailure, UsageError } from './usage.js'
 
 /** The schema's name a postgres:// URL names (`?schema=`, default jobtable), checked as the driver checks it. */
-function schemaOf(database: string): string {
+export function schemaOf(database: string): string {
   let schema = 'jobtable'
   try {
     schema = new URL(database).searchParams.get('schema') ?? 'jobtable'

@@ -89,6 +89,8 @@ Commands:
   kinds     pause or resume a kind everywhere (kinds pause <kind>, kinds resume <kind>, kinds paused)
   prune     delete finished jobs older than a duration (prune --older-than 7d)
   schedules list the recurring schedules a kinds module declares, with their next ticks
+  doctor    check a deployment: schema, live runners and their releases, kinds no
+            runner handles, paused kinds, the longest wait; exit 1 when a person is needed
 
 Run jobtable <command> --help for a command's options. jobtable -v (--version)
 prints the version.
@@ -245,6 +247,24 @@ ${DATABASE}
   -k, --kinds <module>       module exporting registerKinds(runner) (required)
       --log-level <level>    debug, info, warn or error (default warn); logs go to stderr,
                              readable in a terminal, JSON lines otherwise
+  -h, --help                 this help
+`,
+  doctor: `Usage: jobtable doctor [options]
+
+Reads the database, changing nothing, and prints one JSON report: the schema
+(as migrate --check), the live runners with their jobtable releases and kinds,
+the kinds with queued jobs that no live runner handles, the paused kinds, and
+per kind how many jobs are queued and how long the oldest has waited. Exits 1
+when something needs a person (each in "problems", in words): a schema this
+release cannot run on, one behind or drifted, queued jobs of a kind no live
+runner handles, or a queued job waiting longer than --max-wait. A newer schema
+this release still runs on (a rolling deploy) is not a problem.
+
+Options:
+${DATABASE}
+      --max-wait <d>         how long a queued job may wait before it is a problem
+                             (default 5m; a whole number and a unit: 30s, 5m, 1h)
+${LOG}
   -h, --help                 this help
 `,
 } as const
