@@ -95,3 +95,18 @@ export function migrateMode(driver: string, value: unknown): MigrateMode {
   if (!MIGRATE_MODES.includes(value as MigrateMode)) throw new ConfigError(`${driver}: migrate must be 'auto', 'verify' or 'off'`)
   return value as MigrateMode
 }
+
+/**
+ * The differences between a schema's objects as its migrations make them
+ * (`expected`, by name, with their definitions) and as found: one line
+ * each, `missing`, `changed` or `unexpected`, sorted.
+ */
+export function compareCatalogs(expected: ReadonlyMap<string, string>, found: ReadonlyMap<string, string>): string[] {
+  const out: string[] = []
+  for (const [name, def] of expected) {
+    if (!found.has(name)) out.push(`missing ${name}`)
+    else if (found.get(name) !== def) out.push(`changed ${name}`)
+  }
+  for (const name of found.keys()) if (!expected.has(name)) out.push(`unexpected ${name}`)
+  return out.sort()
+}

@@ -129,6 +129,27 @@ async function postgresTablesExist(connectionString: string, schema: string): Pr
   }
 }
 
+/**
+ * A pg client on the database a postgres:// URL names (its `?schema=`
+ * taken out: pg does not know it), connected, for the commands that read
+ * the tables directly. A failure to connect is a DatabaseError naming its
+ * code (see pgFailure).
+ */
+export async function pgClientFor(database: string, operation: string): Promise<import('pg').Client> {
+  const { default: pg } = await import('pg')
+  const url = new URL(database)
+  url.searchParams.delete('schema')
+  const client = new pg.Client({ connectionString: url.toString(), connectionTimeoutMillis: 5_000 })
+  client.on('error', () => undefined)
+  try {
+    await client.connect()
+  } catch (err) {
+    await client.end().catch(() => undefined)
+    throw pgFailure(operation, err)
+  }
+  return client
+}
+
 /** A pg error as a DatabaseError naming its SQLSTATE or socket code, never pg's message (it can quote values). */
 export function pgFailure(operation: string, err: unknown): DatabaseError {
   if (err instanceof DatabaseError) return err

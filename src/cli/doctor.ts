@@ -1,5 +1,5 @@
 import { RunnerLocks } from '../sqlite/runner-locks.js'
-import { checkSqlitePath, isPostgresUrl, pgFailure } from './database.js'
+import { checkSqlitePath, isPostgresUrl, pgClientFor, pgFailure } from './database.js'
 import { checkSchema, schemaOf, type SchemaCheck } from './schema.js'
 import { COMMON_FLAGS, databaseOf, type CliContext } from './runtime.js'
 import { durationFlag, EXIT, HELP, parse } from './usage.js'
@@ -93,13 +93,8 @@ async function read(database: string): Promise<Reading> {
 
 async function readPostgres(database: string): Promise<Reading> {
   const schema = `"${schemaOf(database)}"`
-  const { default: pg } = await import('pg')
-  const url = new URL(database)
-  url.searchParams.delete('schema')
-  const client = new pg.Client({ connectionString: url.toString(), connectionTimeoutMillis: 5_000 })
-  client.on('error', () => undefined)
+  const client = await pgClientFor(database, 'doctor')
   try {
-    await client.connect()
     const now = Number((await client.query<{ now: string }>(`SELECT (extract(epoch from clock_timestamp()) * 1000)::bigint AS now`)).rows[0]!.now)
     // A runner on PostgreSQL is alive while its lease has not expired, on the database's clock.
     const runners = (

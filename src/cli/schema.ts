@@ -2,7 +2,7 @@ import { mkdirSync, writeFileSync } from 'node:fs'
 import { join } from 'node:path'
 import { decide, type SchemaState } from '../schema-window.js'
 import { SchemaBehindError, SchemaVersionError } from '../errors.js'
-import { checkSqlitePath, isPostgresUrl, pgFailure } from './database.js'
+import { checkSqlitePath, isPostgresUrl, pgClientFor, pgFailure } from './database.js'
 import { CliFailure, UsageError } from './usage.js'
 
 /** The schema's name a postgres:// URL names (`?schema=`, default jobtable), checked as the driver checks it. */
@@ -86,15 +86,10 @@ export async function checkSchema(database: string): Promise<SchemaCheck> {
   let expected: number
   if (isPostgresUrl(database)) {
     const schema = schemaOf(database)
-    const { default: pg } = await import('pg')
     const m = await import('../postgres/migrations.js')
     expected = m.SCHEMA_VERSION
-    const url = new URL(database)
-    url.searchParams.delete('schema')
-    const client = new pg.Client({ connectionString: url.toString(), connectionTimeoutMillis: 5_000 })
-    client.on('error', () => undefined)
+    const client = await pgClientFor(database, 'check')
     try {
-      await client.connect()
       state = await m.readSchema(client, `"${schema}"`)
       drift = await m.schemaDrift(client, `"${schema}"`, schema)
     } catch (err) {

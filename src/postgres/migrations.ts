@@ -1,5 +1,5 @@
 import type pg from 'pg'
-import { decide, LEGACY_VERSION, recordedInLegacy, windowStarts, type MigrateMode, type SchemaState } from '../schema-window.js'
+import { compareCatalogs, decide, LEGACY_VERSION, recordedInLegacy, windowStarts, type MigrateMode, type SchemaState } from '../schema-window.js'
 import { NOTIFY_CHANNEL } from './queries.js'
 
 /** A numbered migration: `sql(s)` gives its statements for the quoted schema `s`. */
@@ -461,15 +461,7 @@ export async function schemaDrift(client: pg.ClientBase, schema: string, unquote
   try {
     await client.query(`CREATE SCHEMA "${scratch}"`)
     for (const m of MIGRATIONS) if (m.version <= state.version) await client.query(m.sql(`"${scratch}"`))
-    const expected = await catalogOf(client, scratch)
-    const found = await catalogOf(client, unquoted)
-    const out: string[] = []
-    for (const [name, def] of expected) {
-      if (!found.has(name)) out.push(`missing ${name}`)
-      else if (found.get(name) !== def) out.push(`changed ${name}`)
-    }
-    for (const name of found.keys()) if (!expected.has(name)) out.push(`unexpected ${name}`)
-    return out.sort()
+    return compareCatalogs(await catalogOf(client, scratch), await catalogOf(client, unquoted))
   } finally {
     await client.query('ROLLBACK').catch(() => undefined)
   }

@@ -1,6 +1,6 @@
 import type Database from 'better-sqlite3'
 import type { SqliteDatabase } from './database.js'
-import { decide, LEGACY_VERSION, recordedInLegacy, windowStarts, type MigrateMode, type SchemaState } from '../schema-window.js'
+import { compareCatalogs, decide, LEGACY_VERSION, recordedInLegacy, windowStarts, type MigrateMode, type SchemaState } from '../schema-window.js'
 
 /**
  * The schema, as numbered migrations applied in order on open. A database
@@ -327,7 +327,7 @@ export function schemaDrift(database: SqliteDatabase): string[] {
   const scratch = new (db.constructor as typeof Database)(':memory:')
   try {
     migrate(scratch, state.version)
-    return compareObjects(objectsOf(scratch), objectsOf(db))
+    return compareCatalogs(objectsOf(scratch), objectsOf(db))
   } finally {
     scratch.close()
   }
@@ -337,17 +337,6 @@ export function schemaDrift(database: SqliteDatabase): string[] {
 function objectsOf(db: Database.Database): Map<string, string> {
   const rows = db.prepare(`SELECT type, name, sql FROM sqlite_master WHERE name LIKE 'jobtable%' AND sql IS NOT NULL`).all() as { type: string; name: string; sql: string }[]
   return new Map(rows.map((r) => [`${r.type} ${r.name}`, r.sql.replace(/--[^\n]*/g, '').replace(/\s+/g, ' ').replace(/\( /g, '(').replace(/ \)/g, ')').trim()]))
-}
-
-/** The differences between the objects expected and those found, one line each. */
-export function compareObjects(expected: Map<string, string>, found: Map<string, string>): string[] {
-  const out: string[] = []
-  for (const [name, sql] of expected) {
-    if (!found.has(name)) out.push(`missing ${name}`)
-    else if (found.get(name) !== sql) out.push(`changed ${name}`)
-  }
-  for (const name of found.keys()) if (!expected.has(name)) out.push(`unexpected ${name}`)
-  return out.sort()
 }
 
 function dedent(sql: string): string {
