@@ -22,9 +22,12 @@ import { ConfigError, DatabaseError } from '../errors.js'
 import type { TerminalStatus } from '../job.js'
 import { checkKeys } from '../options.js'
 import type { SqliteDatabase } from './database.js'
-import { migrate } from './migrations.js'
+import { openSchema } from './migrations.js'
+import { migrateMode, type MigrateMode } from '../schema-window.js'
 import * as sql from './queries.js'
 import { RunnerLocks } from './runner-locks.js'
+import { CountsCache } from '../counts-cache.js'
+import { CountWorker, CountWorkerError } from './count-worker.js'
 
 /** Options of the SQLite driver. Give `path` or `database`, not both. */
 export interface SqliteOptions {
@@ -58,6 +61,20 @@ export interface SqliteOptions {
    */
   readonly busyTimeoutMs?: number
   /**
+   * How long a write a caller waits for (an enqueue, `enqueueMany`,
+   * `cancel`, `retry`, `pause`, `resume`) keeps trying again while another
+   * connection holds the file's write lock, before it rejects with the
+   * transient DatabaseError `SQLITE_BUSY` (or `SQLITE_BUSY_*`), counted
+   * from its first refusal. Default 5000 ms; 0 tries once, as jobtable did
+   * before. Each try blocks the event loop for at most `busyTimeoutMs`;
+   * between tries the process goes on with its other work (a timer, with
+   * a jittered backoff of a few to 100 ms). A busy write stored nothing,
+   * so a job is stored once however many tries it takes. An uncontended
+   * write pays nothing for this. The runner's own writes (claims, final
+   * writes, maintenance, retention) keep their own retries with backoff.
+   */
+  readonly busyRetryMs?: number
+  /**
    * How often a runner looks for the running jobs of runners on this file
    * that are gone (a process killed beside it) and fails them as
    * interrupted. Default 5000 ms. A starting runner does so at once.
@@ -71,6 +88,13 @@ export interface SqliteOptions {
    * Default 1000 ms.
    */
   readonly pollIntervalMs?: number
+  /**
+   * What opening does with the schema (see MigrateMode): `auto` (default)
+   * applies missing migrations; `verify` applies none and refuses a schema
+   * that is behind this jobtable or outside its window, for a team whose
+   * own migration tool applies `jobtable migrate --sql`; `off` trusts it.
+   */
+  readonly migrate?: MigrateMode
 }
 
 const SYNCHRONOUS = { normal: 'NORMAL', full: 'FULL' } as const
@@ -84,6 +108,15 @@ const UNLIMITED = 2 ** 31 - 1
  * read-only database, a constraint, a value too big) will fail again.
  */
 const TRANSIENT = /^SQLITE_(BUSY|LOCKED|IOERR|FULL|NOMEM|PROTOCOL|INTERRUPT)/
+
+/** The first wait, in ms, between the tries of a caller's write refused as busy (see busyRetryMs); it doubles up to BUSY_RETRY_MAX_MS. */
+const BUSY_RETRY_FIRST_MS = 4
+const BUSY_RETRY_MAX_MS = 100
+
+/** Another connection's lock, or the application's transaction on a shared handle in memory: the write stored nothing and may be tried again. */
+function isBusy(err: unknown): boolean {
+  return err instanceof DatabaseError && err.dbCode.startsWith('SQLITE_BUSY')
+}
 
 /**
  * Makes the SQLite driver: one writing connection and one reading
@@ -129,6 +162,11 @@ export class SqliteDriver implements Driver<SqliteDatabase, true> {
   readonly #queueNow: Database.Statement
   readonly #countJobs: Database.Statement
   readonly #countScopedJobs: Database.Statement
+  readonly #countJobsUpTo: Database.Statement
+  readonly #countScopedJobsUpTo: Database.Statement
+  /** Big counts, read on a thread of their own; undefined for a database in memory, which no other connection can open. */
+  readonly #countWorker: CountWorker | undefined
+  readonly #counts: CountsCache
   readonly #nextDue: Database.Statement
   readonly #prune: Database.Statement
   readonly #finishedKinds: Database.Statement
@@ -159,12 +197,15 @@ export class SqliteDriver implements Driver<SqliteDatabase, true> {
     kinds: readonly string[],
     limits?: ClaimParams['limits'],
   ) => FinishAndClaimResult
+  /** See SqliteOptions.busyRetryMs. */
+  readonly #busyRetryMs: number
   #closed = false
 
   constructor(options: SqliteOptions) {
     if (options === null || typeof options !== 'object') throw new ConfigError('sqlite: options are required')
-    checkKeys(options, Object.keys({ path: 1, database: 1, synchronous: 1, busyTimeoutMs: 1, sweepIntervalMs: 1, pollIntervalMs: 1 } satisfies Record<keyof SqliteOptions, 1>), 'sqlite')
-    const { path, database, synchronous, busyTimeoutMs = 20, sweepIntervalMs = 5_000, pollIntervalMs = 1_000 } = options
+    checkKeys(options, Object.keys({ path: 1, database: 1, synchronous: 1, busyTimeoutMs: 1, busyRetryMs: 1, sweepIntervalMs: 1, pollIntervalMs: 1, migrate: 1 } satisfies Record<keyof SqliteOptions, 1>), 'sqlite')
+    const { path, database, synchronous, busyTimeoutMs = 20, busyRetryMs = 5_000, sweepIntervalMs = 5_000, pollIntervalMs = 1_000 } = options
+    const schemaMode = migrateMode('sqlite', options.migrate)
     if ((path === undefined) === (database === undefined)) {
       throw new ConfigError('sqlite: give either path (a database file) or database (a better-sqlite3 Database)')
     }
@@ -172,6 +213,8 @@ export class SqliteDriver implements Driver<SqliteDatabase, true> {
     if (database !== undefined && !(database instanceof Database)) throw new ConfigError('sqlite: database must be a better-sqlite3 Database')
     if (synchronous !== undefined && !(synchronous in SYNCHRONOUS)) throw new ConfigError("sqlite: synchronous must be 'normal' or 'full'")
     if (!Number.isInteger(busyTimeoutMs) || busyTimeoutMs < 0) throw new ConfigError('sqlite: busyTimeoutMs must be an integer >= 0')
+    if (!Number.isInteger(busyRetryMs) || busyRetryMs < 0) throw new ConfigError('sqlite: busyRetryMs must be an integer >= 0')
+    this.#busyRetryMs = busyRetryMs
     if (!Number.isInteger(sweepIntervalMs) || sweepIntervalMs < 1) throw new ConfigError('sqlite: sweepIntervalMs must be an integer >= 1')
     if (!Number.isInteger(pollIntervalMs) || pollIntervalMs < 1) throw new ConfigError('sqlite: pollIntervalMs must be an integer >= 1')
     // An OS lock proves a runner alive or gone (RunnerLocks): no heartbeat.
@@ -190,7 +233,7 @@ export class SqliteDriver implements Driver<SqliteDatabase, true> {
       else if (synchronous !== undefined || app === undefined) this.#writer.pragma(`synchronous = ${SYNCHRONOUS[synchronous ?? 'normal']}`)
       // Migrating may wait for another process's migration: give it longer than a statement.
       this.#writer.pragma('busy_timeout = 5000')
-      migrate(this.#writer)
+      openSchema(this.#writer, schemaMode)
       this.#writer.pragma(`busy_timeout = ${busyTimeoutMs}`)
       this.#reader = this.#writer.memory ? this.#writer : new Database(this.#writer.name, { readonly: true, fileMustExist: true })
       this.#reader.pragma(`busy_timeout = ${busyTimeoutMs}`)
@@ -234,6 +277,15 @@ export class SqliteDriver implements Driver<SqliteDatabase, true> {
     this.#list = this.#reader.prepare(sql.listJobs)
     this.#countJobs = this.#reader.prepare(sql.countJobs)
     this.#countScopedJobs = this.#reader.prepare(sql.countScopedJobs)
+    this.#countJobsUpTo = this.#reader.prepare(sql.countJobsUpTo).pluck()
+    this.#countScopedJobsUpTo = this.#reader.prepare(sql.countScopedJobsUpTo).pluck()
+    this.#countWorker = this.#writer.memory ? undefined : new CountWorker(this.#writer.name, 1_000)
+    this.#counts = new CountsCache({
+      size: (scope, limit) =>
+        run('count jobs', () => (scope === undefined ? this.#countJobsUpTo.get({ limit }) : this.#countScopedJobsUpTo.get({ scope, limit })) as number),
+      exact: (scope) => this.#countNow(scope),
+      snapshot: (scope) => this.#countOffLoop(scope),
+    })
     const onWriter = new InsertStatements(this.#writer, this.#insert)
     this.#insertOnTx.set(this.#writer, onWriter)
     this.#insertMany = this.#writer.transaction((jobs: readonly NewJob[], now: number) => {
@@ -371,11 +423,56 @@ export class SqliteDriver implements Driver<SqliteDatabase, true> {
     return run(operation, fn)
   }
 
+  /**
+   * Runs a write a caller waits for (see busyRetryMs): once, at once, as
+   * #write does, and only when another connection's lock refused it,
+   * again after a timer until the lock goes or busyRetryMs have passed.
+   * The first try's answer is returned as it is: an uncontended write
+   * makes no promise and sets no timer here.
+   */
+  #callerWrite<T>(operation: string, fn: () => T): T | Promise<T> {
+    try {
+      return this.#write(operation, fn)
+    } catch (err) {
+      if (this.#busyRetryMs === 0 || !isBusy(err)) throw err
+      return this.#retryBusy(operation, fn, err)
+    }
+  }
+
+  /**
+   * The tries after a busy refusal: each blocks for at most busyTimeoutMs
+   * (the connection's busy_timeout), and between them the event loop is
+   * free for a jittered wait, BUSY_RETRY_FIRST_MS doubling up to
+   * BUSY_RETRY_MAX_MS (random within its upper half, so processes that
+   * collided do not try again in step). The last try is made at the
+   * deadline; its refusal, the same transient DatabaseError the first try
+   * gave, is the caller's. A busy refusal stored nothing (SQLite refuses
+   * before the statement or the transaction writes), so trying again
+   * never stores twice. A driver closed meanwhile fails the next try as
+   * 'closed'.
+   */
+  async #retryBusy<T>(operation: string, fn: () => T, refusal: unknown): Promise<T> {
+    const deadline = performance.now() + this.#busyRetryMs
+    let wait = BUSY_RETRY_FIRST_MS
+    for (;;) {
+      const left = deadline - performance.now()
+      if (left <= 0) throw refusal
+      await new Promise((resolve) => setTimeout(resolve, Math.min(left, wait / 2 + Math.random() * (wait / 2))))
+      wait = Math.min(2 * wait, BUSY_RETRY_MAX_MS)
+      try {
+        return this.#write(operation, fn)
+      } catch (err) {
+        if (!isBusy(err)) throw err
+        refusal = err
+      }
+    }
+  }
+
   async jobInsertMany({ jobs, now }: { jobs: readonly NewJob[]; now: number }): Promise<InsertResult> {
-    if (hasUniqueKey(jobs)) return this.#write('insert jobs', () => this.#insertManyUnique(jobs, now))
+    if (hasUniqueKey(jobs)) return this.#callerWrite('insert jobs', () => this.#insertManyUnique(jobs, now))
     // A single statement is its own transaction: no BEGIN and COMMIT around a lone insert.
-    if (jobs.length === 1) this.#write('insert jobs', () => this.#insertOne(this.#insert, jobs[0]!, now))
-    else this.#write('insert jobs', () => this.#insertMany(jobs, now))
+    if (jobs.length === 1) return this.#callerWrite('insert jobs', () => this.#insertOne(this.#insert, jobs[0]!, now))
+    return this.#callerWrite('insert jobs', () => this.#insertMany(jobs, now))
   }
 
   jobInsertTx({ tx, jobs, now }: { tx: SqliteDatabase; jobs: readonly NewJob[]; now: number }): InsertResult {
@@ -462,15 +559,15 @@ export class SqliteDriver implements Driver<SqliteDatabase, true> {
   }
 
   async jobCancelWaiting({ id, scope, now }: { id: string; scope?: string | null; now: number }): Promise<boolean> {
-    return this.#write('cancel job', () => this.#cancelWaiting.run({ id, anyScope: scope === undefined ? 1 : 0, scope: scope ?? null, now }).changes > 0)
+    return this.#callerWrite('cancel job', () => this.#cancelWaiting.run({ id, anyScope: scope === undefined ? 1 : 0, scope: scope ?? null, now }).changes > 0)
   }
 
   async jobRequestCancel({ id, scope, now }: { id: string; scope?: string | null; now: number }): Promise<boolean> {
-    return this.#write('cancel job', () => this.#requestCancel.run({ id, anyScope: scope === undefined ? 1 : 0, scope: scope ?? null, now }).changes > 0)
+    return this.#callerWrite('cancel job', () => this.#requestCancel.run({ id, anyScope: scope === undefined ? 1 : 0, scope: scope ?? null, now }).changes > 0)
   }
 
   async jobQueueNow({ id, scope, now }: { id: string; scope?: string | null; now: number }): Promise<QueueNowResult> {
-    return this.#write('retry job', () => {
+    return this.#callerWrite('retry job', () => {
       try {
         return this.#queueNow.run({ id, anyScope: scope === undefined ? 1 : 0, scope: scope ?? null, now }).changes > 0 ? 'queued' : 'unchanged'
       } catch (err) {
@@ -481,8 +578,36 @@ export class SqliteDriver implements Driver<SqliteDatabase, true> {
     })
   }
 
+  /**
+   * Exact for a scope (or, without one, a file) of at most
+   * COUNTS_EXACT_MAX jobs, counted here; a bigger one from a snapshot at
+   * most COUNTS_MAX_AGE_MS old, counted on the worker thread so that this
+   * event loop never waits for a read of every job (src/counts-cache.ts).
+   */
   async jobCounts({ scope }: { scope?: string | null }): Promise<JobCount[]> {
+    if (this.#closed) throw new DatabaseError('count jobs', 'closed', false)
+    return this.#counts.read(scope)
+  }
+
+  /** The exact counts, read on this thread. */
+  #countNow(scope: string | null | undefined): JobCount[] {
     return run('count jobs', () => (scope === undefined ? this.#countJobs.all() : this.#countScopedJobs.all({ scope })) as JobCount[])
+  }
+
+  /**
+   * The exact counts, read on the worker thread from a snapshot of the
+   * file; on this thread, blocking as before, for a database in memory or
+   * where the worker cannot run.
+   */
+  async #countOffLoop(scope: string | null | undefined): Promise<JobCount[]> {
+    if (this.#countWorker === undefined) return this.#countNow(scope)
+    try {
+      return (await this.#countWorker.all(scope === undefined ? sql.countJobs : sql.countScopedJobs, scope === undefined ? {} : { scope })) as JobCount[]
+    } catch (err) {
+      if (this.#closed) throw new DatabaseError('count jobs', 'closed', false)
+      if (err instanceof CountWorkerError && err.code?.startsWith('SQLITE_')) throw new DatabaseError('count jobs', err.code, TRANSIENT.test(err.code))
+      return this.#countNow(scope)
+    }
   }
 
   async jobCancelRequested({ runnerId }: { runnerId: string }): Promise<string[]> {
@@ -502,11 +627,11 @@ export class SqliteDriver implements Driver<SqliteDatabase, true> {
   }
 
   async kindPause({ kind, now }: { kind: string; now: number }): Promise<boolean> {
-    return this.#write('pause kind', () => this.#writer.prepare(sql.pauseKind).run({ kind, now }).changes === 1)
+    return this.#callerWrite('pause kind', () => this.#writer.prepare(sql.pauseKind).run({ kind, now }).changes === 1)
   }
 
   async kindResume({ kind }: { kind: string }): Promise<boolean> {
-    return this.#write('resume kind', () => this.#writer.prepare(sql.resumeKind).run({ kind }).changes === 1)
+    return this.#callerWrite('resume kind', () => this.#writer.prepare(sql.resumeKind).run({ kind }).changes === 1)
   }
 
   async kindsPaused(): Promise<{ kind: string; pausedAt: number }[]> {
@@ -609,6 +734,7 @@ export class SqliteDriver implements Driver<SqliteDatabase, true> {
     if (this.#closed) return
     this.#closed = true
     this.#locks.releaseAll()
+    await this.#countWorker?.close()
     if (this.#reader !== this.#writer) this.#reader.close()
     if (this.#ownsWriter) this.#writer.close()
   }

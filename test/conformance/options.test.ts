@@ -45,7 +45,7 @@ describe('unknown options are refused, naming the key', () => {
     expectRefusal(err, 'pollIntervallMs', 'invalid_config')
     expect(err).toBeInstanceOf(ConfigError)
     expect((err as Error).message).toBe(
-      'jobtable: sqlite: unknown option "pollIntervallMs" (known: path, database, synchronous, busyTimeoutMs, sweepIntervalMs, pollIntervalMs)',
+      'jobtable: sqlite: unknown option "pollIntervallMs" (known: path, database, synchronous, busyTimeoutMs, busyRetryMs, sweepIntervalMs, pollIntervalMs, migrate)',
     )
     expectRefusal(await thrown(() => sqlite({ path, delayMs: 10 } as never)), 'delayMs', 'invalid_config')
     // Refused before anything is opened: no file was made.
@@ -53,7 +53,7 @@ describe('unknown options are refused, naming the key', () => {
   })
 
   it('sqlite(): every known key is still accepted, on a real file', async () => {
-    const driver = sqlite({ path: dbPath(), synchronous: 'full', busyTimeoutMs: 5, sweepIntervalMs: 100, pollIntervalMs: 50 })
+    const driver = sqlite({ path: dbPath(), synchronous: 'full', busyTimeoutMs: 5, busyRetryMs: 0, sweepIntervalMs: 100, pollIntervalMs: 50, migrate: 'auto' })
     const runner = new Runner({ driver, logger: captureLogs() })
     opened.push(runner)
     const kind = runner.register('echo', { payload: { '~standard': { version: 1, vendor: 'test', validate: (value) => ({ value }) } }, handler: () => undefined })
@@ -65,7 +65,7 @@ describe('unknown options are refused, naming the key', () => {
     const err = await thrown(() => postgres({ connectionString: NOWHERE, leasMs: 1000 } as never))
     expectRefusal(err, 'leasMs', 'invalid_config')
     expect(err).toBeInstanceOf(ConfigError)
-    expect((err as Error).message).toMatch(/^jobtable: postgres: unknown option "leasMs" \(known: pool, connectionString, schema, listen, pollIntervalMs, leaseMs, sweepIntervalMs, preparedStatements, statementTimeoutMs\)$/)
+    expect((err as Error).message).toMatch(/^jobtable: postgres: unknown option "leasMs" \(known: pool, connectionString, schema, listen, pollIntervalMs, leaseMs, sweepIntervalMs, preparedStatements, statementTimeoutMs, pooler, listenUrl, migrate\)$/)
     expectRefusal(await thrown(() => postgres({ connectionString: NOWHERE, pollIntervallMs: 5 } as never)), 'pollIntervallMs', 'invalid_config')
     // The known keys, statementTimeoutMs among them, construct a driver (closed without ever connecting).
     const driver = postgres({ connectionString: NOWHERE, schema: 's', listen: false, pollIntervalMs: 5, leaseMs: 1000, sweepIntervalMs: 10, preparedStatements: false })
