@@ -2,7 +2,7 @@ import { existsSync, statSync } from 'node:fs'
 import { dirname, resolve } from 'node:path'
 import { DatabaseError, type Driver } from '../index.js'
 import { shellWord } from './database-errors.js'
-import { CliFailure } from './usage.js'
+import { CliFailure, UsageError } from './usage.js'
 
 /** The default database: a SQLite file in the working directory. */
 export const DEFAULT_DATABASE = './jobtable.db'
@@ -33,18 +33,23 @@ export async function openDriver(database: string, access: DatabaseAccess): Prom
   if (!isPostgresUrl(database)) return openSqlite(database, access)
   const mod = await importDriver(() => import('../postgres/index.js'), 'pg', 'PostgreSQL')
   // `?schema=name` picks the PostgreSQL schema (default jobtable); pg itself never sees it.
+  // `?pooler=transaction` says a transaction-mode pooler (PgBouncer) is in between (the driver's `pooler` option).
   let connectionString = database
   let schema: string | undefined
+  let pooler: string | undefined
   try {
     const url = new URL(database)
     schema = url.searchParams.get('schema') ?? undefined
+    pooler = url.searchParams.get('pooler') ?? undefined
     url.searchParams.delete('schema')
+    url.searchParams.delete('pooler')
     connectionString = url.toString()
   } catch {
     // Not a WHATWG URL (a socket path, say): hand it to pg as it is.
   }
+  if (pooler !== undefined && pooler !== 'transaction' && pooler !== 'none') throw new UsageError('?pooler= must be transaction or none')
   // Made first: it checks the schema's name before anything connects.
-  const driver = mod.postgres(schema === undefined ? { connectionString } : { connectionString, schema })
+  const driver = mod.postgres({ connectionString, ...(schema === undefined ? {} : { schema }), ...(pooler === undefined ? {} : { pooler: pooler as 'transaction' | 'none' }) })
   if (access === 'existing') {
     try {
       if (!(await postgresTablesExist(connectionString, schema ?? 'jobtable'))) {
@@ -139,6 +144,7 @@ export async function pgClientFor(database: string, operation: string): Promise<
   const { default: pg } = await import('pg')
   const url = new URL(database)
   url.searchParams.delete('schema')
+  url.searchParams.delete('pooler')
   const client = new pg.Client({ connectionString: url.toString(), connectionTimeoutMillis: 5_000 })
   client.on('error', () => undefined)
   try {

@@ -1,4 +1,3 @@
-import { RunnerLocks } from '../sqlite/runner-locks.js'
 import { checkSqlitePath, isPostgresUrl, pgClientFor, pgFailure } from './database.js'
 import { checkSchema, schemaOf, type SchemaCheck } from './schema.js'
 import { COMMON_FLAGS, databaseOf, type CliContext } from './runtime.js'
@@ -77,6 +76,8 @@ async function read(database: string): Promise<Reading> {
   const db = new Database(path, { readonly: true, fileMustExist: true })
   try {
     // A runner on SQLite is alive while its lock file is held (src/sqlite/runner-locks.ts), not by a lease.
+    // Loaded only now: a PostgreSQL user's command never loads better-sqlite3.
+    const { RunnerLocks } = await import('../sqlite/runner-locks.js')
     const locks = new RunnerLocks(path)
     const rows = db.prepare('SELECT id, version, kinds, started_at AS startedAt, heartbeat_at AS heartbeatAt FROM jobtable_runners').all() as (Omit<RunnerRow, 'kinds'> & { kinds: string | null })[]
     const runners = rows.filter((r) => locks.isAlive(r.id)).map((r) => ({ ...r, kinds: r.kinds === null ? [] : (JSON.parse(r.kinds) as string[]) }))

@@ -1,4 +1,5 @@
 import { createHash } from 'node:crypto'
+import { connect as netConnect } from 'node:net'
 import pg from 'pg'
 import type {
   ClaimedJob,
@@ -25,7 +26,9 @@ import type { TerminalStatus } from '../job.js'
 import { checkKeys } from '../options.js'
 import { type AbortLike, Deadlines } from './deadlines.js'
 import { NotificationListener } from './listener.js'
+import { CountsCache } from '../counts-cache.js'
 import { migrateSchema } from './migrations.js'
+import { migrateMode, type MigrateMode } from '../schema-window.js'
 import { NOTIFY_CHANNEL, queries, type Queries } from './queries.js'
 
 /**
@@ -55,17 +58,53 @@ export interface PostgresOptions {
   /**
    * Listen for inserts on a dedicated connection (LISTEN/NOTIFY), so a job
    * enqueued by any process or any client's committed transaction wakes an
-   * idle worker within milliseconds. Default true. Set false behind
-   * PgBouncer in transaction mode, where a session cannot LISTEN: workers
-   * then find new jobs by the fallback poll alone.
+   * idle worker within milliseconds. Default true, except under
+   * `pooler: 'transaction'` without `listenUrl`, where a LISTEN through the
+   * pooler would never hear a notification: workers then find new jobs by
+   * the fallback poll alone. `false` turns it off everywhere.
    */
   readonly listen?: boolean
+  /**
+   * What stands between jobtable and PostgreSQL. `'none'` (default): a
+   * direct connection, or a pooler in session mode. `'transaction'`: a
+   * pooler in transaction mode (PgBouncer's `pool_mode = transaction`, as
+   * managed PostgreSQL services put in front of the database), which hands
+   * each transaction to any server connection, so nothing may outlive one.
+   * jobtable then prepares no named statements (refusing
+   * `preparedStatements: true`), cancels a timed-out statement with the
+   * protocol's cancel request through the pooler (the pid a client sees
+   * there names no server process), and listens only on `listenUrl`. It
+   * never takes a session advisory lock or sets a session setting in
+   * either mode: its one lock (migrations) and its claim functions' settings
+   * end with their transaction.
+   */
+  readonly pooler?: 'none' | 'transaction'
+  /**
+   * A connection string for the listening connection alone (LISTEN/NOTIFY),
+   * which bypasses the pooler: the database's direct address, or a pooler
+   * in session mode, with its credentials and TLS settings (`sslmode`) in
+   * it, since nothing of `pool`'s is taken. Every other statement goes
+   * through `connectionString` or `pool`. Under `pooler: 'transaction'` without it, workers find jobs
+   * enqueued by other processes by the fallback poll (`pollIntervalMs`)
+   * alone. `undefined` is none, so `listenUrl: process.env.DIRECT_URL`
+   * polls when the variable is unset; add `listen: true` to refuse that
+   * instead.
+   */
+  readonly listenUrl?: string | undefined
   /**
    * How often an idle runner looks for queued jobs even without a
    * notification, so a lost notification or a dropped listening connection
    * never strands a job. Default 1000 ms.
    */
   readonly pollIntervalMs?: number
+  /**
+   * What the first operation does with the schema (see MigrateMode):
+   * `auto` (default) applies missing migrations; `verify` applies none
+   * and refuses a schema that is behind this jobtable or outside its
+   * window, for a team whose own migration tool applies `jobtable migrate
+   * --sql`; `off` trusts it and reads nothing.
+   */
+  readonly migrate?: MigrateMode
   /**
    * How long a runner stays live without renewing its lease (it renews
    * every third of it). Once lapsed, any runner's sweep fails its running
@@ -78,10 +117,10 @@ export interface PostgresOptions {
    * Prepare each of jobtable's statements once per connection (a named
    * prepared statement), so the server parses and plans it once instead of
    * at every call: 7% to 85% more jobs per second across the benchmark's
-   * workloads (BENCHMARKS.md). Default true. Set false behind PgBouncer in
-   * transaction mode without prepared statement support (before 1.21, or
-   * max_prepared_statements = 0), where a prepared statement does not
-   * survive the transaction.
+   * workloads (BENCHMARKS.md). Default true, and false under
+   * `pooler: 'transaction'`, which refuses true: a statement prepared on one
+   * server connection is missing on the next (PgBouncer before 1.21, or
+   * with max_prepared_statements = 0).
    */
   readonly preparedStatements?: boolean
   /**
@@ -110,6 +149,13 @@ const SCHEMA_NAME = /^[A-Za-z_][A-Za-z0-9_]{0,62}$/
  * table, a permission) fails again.
  */
 const TRANSIENT_SQLSTATE = /^(08...|53...|40001|40P01|55P03|57014|57P0[123])$/
+
+/**
+ * What a migration racing another one over the catalog fails with: a
+ * unique violation in a catalog index, or an object that exists already
+ * (a schema, a relation, an object such as a type). See #migrate.
+ */
+const CATALOG_RACE = new Set(['23505', '42P06', '42P07', '42710'])
 
 /** Socket errors of a lost or refused connection. */
 const TRANSIENT_ERRNO = new Set(['ECONNREFUSED', 'ECONNRESET', 'ECONNABORTED', 'EPIPE', 'ETIMEDOUT', 'EHOSTUNREACH', 'ENETUNREACH', 'ENOTFOUND', 'EAI_AGAIN'])
@@ -141,19 +187,24 @@ export class PostgresDriver implements Driver<PgQueryable, false> {
   readonly #q: Queries
   readonly #quoted: string
   readonly #listen: boolean
+  readonly #listenUrl: string | undefined
+  readonly #pooler: 'none' | 'transaction'
   readonly #leaseMs: number
   readonly #prepared: boolean
   readonly #deadlines: Deadlines
   readonly #limitsOf = new WeakMap<readonly string[], { readonly limits: ClaimParams['limits']; readonly arrays: readonly [(number | null)[], (number | null)[]] }>()
   #migrated: Promise<void> | undefined
+  readonly #schemaMode: MigrateMode
   readonly #wakers = new Set<(what: WakeReason) => void>()
   #listener: NotificationListener | undefined
   #closed = false
 
   constructor(options: PostgresOptions) {
     if (options === null || typeof options !== 'object') throw new ConfigError('postgres: options are required')
-    checkKeys(options, Object.keys({ pool: 1, connectionString: 1, schema: 1, listen: 1, pollIntervalMs: 1, leaseMs: 1, sweepIntervalMs: 1, preparedStatements: 1, statementTimeoutMs: 1 } satisfies Record<keyof PostgresOptions | 'statementTimeoutMs', 1>), 'postgres')
-    const { pool, connectionString, schema = 'jobtable', listen = true, pollIntervalMs = 1_000, leaseMs = 30_000, preparedStatements = true } = options
+    checkKeys(options, Object.keys({ pool: 1, connectionString: 1, schema: 1, listen: 1, pollIntervalMs: 1, leaseMs: 1, sweepIntervalMs: 1, preparedStatements: 1, statementTimeoutMs: 1, pooler: 1, listenUrl: 1, migrate: 1 } satisfies Record<keyof PostgresOptions | 'statementTimeoutMs', 1>), 'postgres')
+    const { pool, connectionString, schema = 'jobtable', pooler = 'none', listenUrl, pollIntervalMs = 1_000, leaseMs = 30_000 } = options
+    const behindPooler = pooler === 'transaction'
+    const { listen = !behindPooler || listenUrl !== undefined, preparedStatements = !behindPooler } = options
     const { statementTimeoutMs = 10_000 } = options
     const { sweepIntervalMs = Math.max(1, Math.floor(leaseMs / 2)) } = options
     if (pool === undefined && connectionString === undefined && 'connectionString' in options) {
@@ -169,16 +220,28 @@ export class PostgresDriver implements Driver<PgQueryable, false> {
     if (typeof schema !== 'string' || !SCHEMA_NAME.test(schema)) {
       throw new ConfigError('postgres: schema must be an identifier of letters, digits and underscores, at most 63 long')
     }
+    if (pooler !== 'none' && pooler !== 'transaction') throw new ConfigError("postgres: pooler must be 'none' or 'transaction'")
     if (typeof listen !== 'boolean') throw new ConfigError('postgres: listen must be true or false')
     if (typeof preparedStatements !== 'boolean') throw new ConfigError('postgres: preparedStatements must be true or false')
+    if (listenUrl !== undefined && (typeof listenUrl !== 'string' || listenUrl === '')) throw new ConfigError('postgres: listenUrl must be a non-empty connection string')
+    if (listenUrl !== undefined && !listen) throw new ConfigError('postgres: listenUrl is for the listening connection, and listen is false: give one or the other')
+    if (behindPooler && preparedStatements) {
+      throw new ConfigError("postgres: preparedStatements: true cannot work under pooler: 'transaction' (a statement prepared on one server connection is missing on the next); leave preparedStatements out")
+    }
+    if (behindPooler && listen && listenUrl === undefined) {
+      throw new ConfigError("postgres: listen: true needs listenUrl under pooler: 'transaction' (a LISTEN through the pooler never hears a notification); give listenUrl (is the environment variable you read it from set?), a connection string that bypasses the pooler, or leave listen out to find jobs by the poll")
+    }
     for (const [name, value] of Object.entries({ pollIntervalMs, leaseMs, sweepIntervalMs, statementTimeoutMs })) {
       if (!Number.isInteger(value) || value < 1) throw new ConfigError(`postgres: ${name} must be an integer >= 1`)
     }
     if (leaseMs < 3) throw new ConfigError('postgres: leaseMs must be at least 3')
+    this.#schemaMode = migrateMode('postgres', options.migrate)
     this.schema = schema
     this.#quoted = `"${schema}"`
     this.#q = queries(this.#quoted)
     this.#listen = listen
+    this.#listenUrl = listenUrl
+    this.#pooler = pooler
     this.#leaseMs = leaseMs
     this.#prepared = preparedStatements
     this.#deadlines = new Deadlines(statementTimeoutMs)
@@ -211,7 +274,17 @@ export class PostgresDriver implements Driver<PgQueryable, false> {
     try {
       client = await this.#pool.connect()
       client.on('error', ignore)
-      await migrateSchema(client, this.#quoted)
+      try {
+        await migrateSchema(client, this.#quoted, undefined, this.#schemaMode)
+      } catch (err) {
+        if (!CATALOG_RACE.has((err as { code?: unknown } | null)?.code as string)) throw err
+        // Another process migrated while this one waited for the migration lock, and this server connection's
+        // catalog cache still held what it saw before (an advisory lock, unlike a table's, does not refresh it):
+        // seen behind a transaction pooler, where the version check before the lock ran on another server
+        // connection. The migration rolled back whole; a new transaction starts with a fresh cache, and finds
+        // the schema migrated.
+        await migrateSchema(client, this.#quoted, undefined, this.#schemaMode)
+      }
       client.off('error', ignore)
       client.release()
     } catch (err) {
@@ -330,6 +403,21 @@ export class PostgresDriver implements Driver<PgQueryable, false> {
   }
 
   async jobCounts({ scope }: { scope?: string | null }): Promise<JobCount[]> {
+    return this.#counts.read(scope)
+  }
+
+  /** Counts exactly up to COUNTS_EXACT_MAX jobs, a bigger scope from a snapshot (see CountsCache); the server counts either. */
+  readonly #counts = new CountsCache({
+    size: async (scope, limit) => {
+      const [text, values] =
+        scope === undefined ? [this.#q.countJobsUpTo, [limit]] : scope === null ? [this.#q.countUnscopedJobsUpTo, [limit]] : [this.#q.countScopedJobsUpTo, [scope, limit]]
+      return Number((await this.#query<{ n: number }>('count jobs', text, values)).rows[0]!.n)
+    },
+    exact: (scope) => this.#countNow(scope),
+    snapshot: (scope) => this.#countNow(scope),
+  })
+
+  async #countNow(scope: string | null | undefined): Promise<JobCount[]> {
     if (scope === undefined) return (await this.#query<JobCount>('count jobs', this.#q.countJobs, [])).rows
     if (scope === null) return (await this.#query<JobCount>('count jobs', this.#q.countUnscopedJobs, [])).rows
     return (await this.#query<JobCount>('count jobs', this.#q.countScopedJobs, [scope])).rows
@@ -464,9 +552,10 @@ export class PostgresDriver implements Driver<PgQueryable, false> {
    * any process or any client's committed transaction, a cancellation
    * requested, a result published), and once listening (again). Polls
    * nothing: the runner's fallback poll covers lost notifications and
-   * `listen: false`. The listening connection is opened with the first
-   * callback and closed with the last; with `listen: false` it is never
-   * opened, and the callback never called.
+   * `listen: false`. The listening connection (to `listenUrl` when given)
+   * is opened with the first callback and closed with the last; with
+   * `listen: false`, or under `pooler: 'transaction'` without `listenUrl`,
+   * it is never opened, and the callback never called.
    */
   onWake(callback: (what: WakeReason) => void): () => void {
     this.#wakers.add(callback)
@@ -483,9 +572,12 @@ export class PostgresDriver implements Driver<PgQueryable, false> {
     }
     if (this.#listen) {
       // Bounded like the pool's own connections, so a listener reconnecting into a silent network cannot hold close() open.
-      const config: pg.ClientConfig = this.#ownsPool
-        ? { connectionString: this.#pool.options.connectionString, connectionTimeoutMillis: 5_000, keepAlive: true }
-        : { ...this.#pool.options }
+      const config: pg.ClientConfig =
+        this.#listenUrl !== undefined
+          ? { connectionString: this.#listenUrl, connectionTimeoutMillis: 5_000, keepAlive: true }
+          : this.#ownsPool
+            ? { connectionString: this.#pool.options.connectionString, connectionTimeoutMillis: 5_000, keepAlive: true }
+            : { ...this.#pool.options }
       this.#listener = new NotificationListener({ ...config, keepAlive: true }, NOTIFY_CHANNEL, this.schema, wake)
       this.#listener.start()
     }
@@ -510,17 +602,43 @@ export class PostgresDriver implements Driver<PgQueryable, false> {
 
   /**
    * Cancels the statement a timed-out attempt left on `client`'s server
-   * process. Closing the socket alone is not enough: a backend waiting for
-   * a row lock does not notice it, and would make the write once the lock
-   * is granted, after the caller was told it failed.
+   * process, then destroys the connection. Closing the socket alone is not
+   * enough: a backend waiting for a row lock does not notice it, and would
+   * make the write once the lock is granted, after the caller was told it
+   * failed. Behind a transaction pooler the pid the client was given names
+   * no server process (PgBouncer makes up its own, and pg_cancel_backend
+   * would run on whichever server connection the pool hands out): the
+   * protocol's cancel request goes to the pooler instead, which passes it
+   * to the server connection this client's transaction holds, so the
+   * client stays connected until the request is through.
    */
   #cancel(client: pg.PoolClient): void {
+    const destroy = () => {
+      client.off('error', ignore)
+      client.release(true)
+    }
+    if (this.#pooler === 'transaction') {
+      void sendCancelRequest(client).then(destroy)
+      return
+    }
     const pid = (client as unknown as { processID: number | null }).processID
-    if (pid === null) return
-    this.#pool.query('SELECT pg_cancel_backend($1)', [pid]).catch(() => undefined)
+    if (pid !== null) this.#pool.query('SELECT pg_cancel_backend($1)', [pid]).catch(() => undefined)
+    destroy()
   }
 
 
+
+  /**
+   * The operation's name, with a hint when the error is the mark of a
+   * transaction pooler under named prepared statements: a statement
+   * prepared on one server connection missing on the next (26000), or
+   * prepared already by another client's session there (42P05).
+   */
+  #hinted(operation: string, err: unknown): string {
+    const code = (err as { code?: unknown } | null)?.code
+    if (!this.#prepared || (code !== '26000' && code !== '42P05')) return operation
+    return `${operation} (a prepared statement was lost between connections: behind a pooler in transaction mode such as PgBouncer, set pooler: 'transaction')`
+  }
 
   /**
    * Runs `fn` in a transaction on one pooled connection, every statement
@@ -545,10 +663,12 @@ export class PostgresDriver implements Driver<PgQueryable, false> {
       return result
     } catch (err) {
       if (err instanceof Aborted && client !== undefined) this.#cancel(client)
-      client?.off('error', ignore)
-      // A connection in an unknown transaction state is not reused.
-      client?.release(true)
-      throw toDatabaseError(operation, err)
+      else {
+        client?.off('error', ignore)
+        // A connection in an unknown transaction state is not reused.
+        client?.release(true)
+      }
+      throw toDatabaseError(this.#hinted(operation, err), err)
     } finally {
       this.#deadlines.done(deadline)
     }
@@ -585,10 +705,12 @@ export class PostgresDriver implements Driver<PgQueryable, false> {
       return res
     } catch (err) {
       if (err instanceof Aborted && client !== undefined) this.#cancel(client)
-      client?.off('error', ignore)
-      // A connection that failed or timed out is not put back for reuse.
-      client?.release(!isStatementError(err))
-      throw toDatabaseError(operation, err)
+      else {
+        client?.off('error', ignore)
+        // A connection that failed is not put back for reuse.
+        client?.release(!isStatementError(err))
+      }
+      throw toDatabaseError(this.#hinted(operation, err), err)
     } finally {
       if (deadline !== undefined) this.#deadlines.done(deadline)
     }
@@ -620,6 +742,43 @@ function statementName(text: string): string {
     statementNames.set(text, name)
   }
   return name
+}
+
+/** The protocol's CancelRequest code (PostgreSQL's frontend/backend protocol, 55.2.8). */
+const CANCEL_REQUEST_CODE = 80877102
+
+/**
+ * Sends the protocol's cancel request for the statement running on
+ * `client`, to the address it connected to (a pooler passes it on), with
+ * the key the server, or pooler, gave it at startup. Settles once the
+ * other end closes the request's connection, as PostgreSQL and PgBouncer
+ * do once they have passed it on, or after 5 s; never rejects. Sent
+ * without TLS, and without closing our side first, as libpq does:
+ * PgBouncer 1.18 exits on a cancel request whose client left before the
+ * request was passed on.
+ */
+function sendCancelRequest(client: pg.PoolClient): Promise<void> {
+  const { processID, secretKey, host, port } = client as unknown as { processID: number | null; secretKey: number | null; host: string; port: number }
+  if (processID === null || secretKey === null) return Promise.resolve()
+  return new Promise<void>((resolve) => {
+    const socket = host.startsWith('/') ? netConnect(`${host}/.s.PGSQL.${port}`) : netConnect(port, host)
+    const done = () => {
+      socket.destroy()
+      resolve()
+    }
+    socket.setTimeout(5_000, done)
+    socket.on('error', done)
+    socket.on('end', done)
+    socket.on('close', done)
+    socket.on('connect', () => {
+      const packet = Buffer.alloc(16)
+      packet.writeInt32BE(16, 0)
+      packet.writeInt32BE(CANCEL_REQUEST_CODE, 4)
+      packet.writeInt32BE(processID, 8)
+      packet.writeInt32BE(secretKey, 12)
+      socket.write(packet)
+    })
+  })
 }
 
 /** A row of a claim's RETURNING. */

@@ -399,6 +399,9 @@ export async function migrateSchema(client: pg.ClientBase, schema: string, targe
   await client.query('BEGIN')
   try {
     await client.query(`SELECT pg_advisory_xact_lock(hashtext('jobtable'), hashtext($1))`, [schema])
+    // Taking a relation's lock makes this connection read the catalog changes other sessions committed while it waited
+    // (an advisory lock does not): behind a transaction pooler the check above may have run on another server connection.
+    await client.query('SELECT FROM pg_catalog.pg_namespace LIMIT 0')
     await client.query(bookkeeping(schema))
     const locked = await readSchema(client, schema)
     if (decide(locked, SCHEMA_VERSION, 'auto') === 'migrate') {

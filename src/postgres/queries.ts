@@ -397,8 +397,24 @@ export function queries(s: string) {
       )
       SELECT id, pg_notify('${NOTIFY_CHANNEL}', $5::text) FROM r`,
 
-    /** The jobs by kind and status, of every scope (float8: a bigint would come back as a string). It reads the whole table. */
-    countJobs: `SELECT kind, status, count(*)::float8 AS count FROM ${s}.jobs GROUP BY kind, status`,
+    /**
+     * The jobs by kind and status, of every scope (float8: a bigint would
+     * come back as a string), each status from its own partial index:
+     * terminal ones by an index-only scan of jobs_terminal (kind, status,
+     * finished_at), queued ones of jobs_queued (kind first), running and
+     * scheduled ones through theirs; every status is in exactly one arm.
+     * On 1,000,000 jobs (95% succeeded, 5 kinds, vacuumed) 180-200 ms
+     * against 340-390 ms for a GROUP BY over the table (bench/counts.ts).
+     * Still a read of every terminal entry: see src/counts-cache.ts.
+     */
+    countJobs: `
+      SELECT kind, status, count(*)::float8 AS count FROM ${s}.jobs WHERE ${TERMINAL} GROUP BY kind, status
+      UNION ALL
+      SELECT kind, 'queued', count(*)::float8 FROM ${s}.jobs WHERE status = 'queued' GROUP BY kind
+      UNION ALL
+      SELECT kind, 'running', count(*)::float8 FROM ${s}.jobs WHERE status = 'running' GROUP BY kind
+      UNION ALL
+      SELECT kind, 'scheduled', count(*)::float8 FROM ${s}.jobs WHERE status = 'scheduled' GROUP BY kind`,
 
     /**
      * countJobs within scope $1, through the index jobs_scope: `scope =`
@@ -409,6 +425,17 @@ export function queries(s: string) {
      */
     countScopedJobs: `SELECT kind, status, count(*)::float8 AS count FROM ${s}.jobs WHERE scope = $1 GROUP BY kind, status`,
     countUnscopedJobs: `SELECT kind, status, count(*)::float8 AS count FROM ${s}.jobs WHERE scope IS NULL GROUP BY kind, status`,
+
+    /**
+     * How many jobs the table ($1 the limit), scope $1 ($2 the limit) or
+     * the unscoped jobs ($1 the limit) hold, counted up to the limit: an
+     * index-only scan of at most that many entries of the primary key or
+     * jobs_scope (1-1.3 ms for 10,001 of 1,000,000), to tell a count that
+     * is cheap to make exactly from one that is not (src/counts-cache.ts).
+     */
+    countJobsUpTo: `SELECT count(*)::float8 AS n FROM (SELECT 1 FROM ${s}.jobs LIMIT $1) t`,
+    countScopedJobsUpTo: `SELECT count(*)::float8 AS n FROM (SELECT 1 FROM ${s}.jobs WHERE scope = $1 LIMIT $2) t`,
+    countUnscopedJobsUpTo: `SELECT count(*)::float8 AS n FROM (SELECT 1 FROM ${s}.jobs WHERE scope IS NULL LIMIT $1) t`,
 
     /** The running jobs of $1 whose cancellation was requested. */
     cancelRequested: `SELECT id FROM ${s}.jobs WHERE status = 'running' AND runner_id = $1 AND cancel_requested`,

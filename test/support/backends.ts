@@ -3,7 +3,7 @@ import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { randomUUID } from 'node:crypto'
 import Database from 'better-sqlite3'
-import { describe, it } from 'vitest'
+import { describe, expect, it } from 'vitest'
 import pg from 'pg'
 import type { Driver } from 'jobtable'
 import { postgres, type PostgresOptions } from 'jobtable/postgres'
@@ -93,22 +93,32 @@ export const sqliteBackend: Backend = {
 /** The PostgreSQL the tests use; trust auth on this machine. */
 export const PG_URL = process.env['JOBTABLE_PG_URL'] ?? 'postgres://postgres@127.0.0.1:5432/test'
 
-/** Why PostgreSQL cannot be reached, or undefined when it can. */
-async function postgresUnreachable(): Promise<string | undefined> {
-  const client = new pg.Client({ connectionString: PG_URL, connectionTimeoutMillis: 3_000 })
+/**
+ * A PgBouncer in transaction mode in front of that PostgreSQL's `test`
+ * database (.ci/pgbouncer.sh starts one at 127.0.0.1:6432), or undefined:
+ * the suites behind it are then skipped, saying so.
+ */
+export const PGBOUNCER_URL: string | undefined = process.env['JOBTABLE_PGBOUNCER_URL'] || undefined
+
+/** Why the server at `url` (`what`: PostgreSQL or PgBouncer) cannot be reached, or undefined when it can. */
+async function unreachable(what: string, url: string): Promise<string | undefined> {
+  const client = new pg.Client({ connectionString: url, connectionTimeoutMillis: 3_000 })
   client.on('error', () => undefined)
   try {
     await client.connect()
     await client.query('SELECT 1')
     return undefined
   } catch (err) {
-    return `PostgreSQL at ${PG_URL} is unreachable (${(err as { code?: string }).code ?? 'no connection'})`
+    return `${what} at ${url} is unreachable (${(err as { code?: string }).code ?? 'no connection'})`
   } finally {
     await client.end().catch(() => undefined)
   }
 }
 
-const pgDown = await postgresUnreachable()
+const [pgDown, pgbouncerDown] = await Promise.all([
+  unreachable('PostgreSQL', PG_URL),
+  PGBOUNCER_URL === undefined ? 'JOBTABLE_PGBOUNCER_URL is not set (.ci/pgbouncer.sh starts a PgBouncer in transaction mode at 127.0.0.1:6432)' : unreachable('PgBouncer', PGBOUNCER_URL),
+])
 /** Why the PostgreSQL tests are skipped here, or undefined when they run. */
 export const postgresSkipReason: string | undefined = pgDown
 if (pgDown !== undefined) {
@@ -116,6 +126,16 @@ if (pgDown !== undefined) {
     throw new Error(`${pgDown}, and JOBTABLE_REQUIRE_POSTGRES=1 makes the PostgreSQL suite required`)
   }
   console.warn(`jobtable tests: the PostgreSQL suite was SKIPPED: ${pgDown}; set JOBTABLE_PG_URL, or start it with pg_ctlcluster`)
+}
+
+/** Why the tests behind PgBouncer in transaction mode are skipped here, or undefined when they run. */
+export const pgbouncerSkipReason: string | undefined = pgDown ?? pgbouncerDown
+if (pgbouncerSkipReason !== undefined && process.env['JOBTABLE_REQUIRE_PGBOUNCER'] === '1') {
+  throw new Error(`${pgbouncerSkipReason}, and JOBTABLE_REQUIRE_PGBOUNCER=1 makes the suites behind PgBouncer required`)
+}
+// Unset is said by the skipped tests' names; set but unreachable is said here too.
+if (pgDown === undefined && PGBOUNCER_URL !== undefined && pgbouncerDown !== undefined) {
+  console.warn(`jobtable tests: the suites behind PgBouncer were SKIPPED: ${pgbouncerDown}; run .ci/pgbouncer.sh`)
 }
 
 /** A fresh schema name for one test store. */
@@ -128,24 +148,44 @@ export function testSchema(): string {
  * driver the store opens (a short lease, poll-only mode).
  */
 export function postgresBackend(options: Partial<PostgresOptions> = {}): Backend {
+  return pgBackend('postgres', pgDown, PG_URL, options)
+}
+
+/**
+ * PostgreSQL behind PgBouncer in transaction mode (PGBOUNCER_URL): every
+ * driver the store opens connects through it with `pooler: 'transaction'`
+ * and `options`, which replace the default `{ listenUrl: PG_URL }` (listen
+ * on the direct address); without a listenUrl, drivers find jobs by the
+ * poll alone, and `wakesOnCommit` is false. The user's own transactions
+ * (enqueueTx) go through PgBouncer too; the test oracles (sql, dump, drop)
+ * go direct.
+ */
+export function pgbouncerBackend(options: Partial<PostgresOptions> = { listenUrl: PG_URL }): Backend {
+  return pgBackend('postgres-pgbouncer', pgbouncerSkipReason, PGBOUNCER_URL ?? PG_URL, { pooler: 'transaction', ...options }, options.listenUrl !== undefined)
+}
+
+function pgBackend(name: string, skip: string | undefined, url: string, options: Partial<PostgresOptions>, wakesOnCommit = true): Backend {
   return {
-    name: 'postgres',
-    skip: pgDown,
-    wakesOnCommit: true,
+    name,
+    skip,
+    wakesOnCommit,
     async store(): Promise<Store> {
       const schema = testSchema()
       const opened: Driver[] = []
       const admin = new pg.Pool({ connectionString: PG_URL, max: 2 })
       admin.on('error', () => undefined)
+      // The user's own transactions take the driver's way in: through PgBouncer behind it.
+      const users = url === PG_URL ? admin : new pg.Pool({ connectionString: url, max: 2 })
+      users.on('error', () => undefined)
       const quoted = `"${schema}"`
       return {
         driver(driverOptions = {}) {
-          const d = postgres({ connectionString: PG_URL, schema, ...options, ...driverOptions })
+          const d = postgres({ connectionString: url, schema, ...options, ...driverOptions })
           opened.push(d)
           return d
         },
         async transaction(fn, outcome) {
-          const client = await admin.connect()
+          const client = await users.connect()
           try {
             await client.query('BEGIN')
             await fn(client)
@@ -178,6 +218,7 @@ export function postgresBackend(options: Partial<PostgresOptions> = {}): Backend
           for (const d of opened) await d.close().catch(() => undefined)
           await admin.query(`DROP SCHEMA IF EXISTS ${quoted} CASCADE`).catch(() => undefined)
           await admin.end()
+          if (users !== admin) await users.end()
         },
       }
     },
@@ -187,12 +228,59 @@ export function postgresBackend(options: Partial<PostgresOptions> = {}): Backend
 export const backends: Backend[] = [sqliteBackend, postgresBackend()]
 
 /**
+ * The test files whose describeEachBackend also runs behind PgBouncer in
+ * transaction mode (pgbouncerBackend), relative to test/. Not every file:
+ * the whole conformance and driver suites there would add about 100 s of
+ * test time to CI; these add about 45 s (about 25 s of wall time on two
+ * cores). They are the suites that touch what a transaction pooler can
+ * break: claims and final writes (lifecycle, concurrency, retries,
+ * retry-now, faults), pause, unique keys and idempotency, recurring
+ * schedules (a transaction of their own, and two processes migrating one
+ * new schema at once), the user's transactions (enqueueTx through the
+ * pooler), counts, and wake-ups (retry-wakeup); and of the driver contract
+ * suite, the hot path (every claim and final write statement, unprepared),
+ * admin (cancellation among it; conformance/cancel.test.ts runs quiet
+ * backends of its own), presence and wake-ups. Left out: the driver's
+ * maintenance suite (single statements like the hot path's; its schedule
+ * transaction is conformance/recurring's). The poll path without
+ * listenUrl, named prepared statements through the pooler, concurrent
+ * migrations and cancelling a timed-out statement are in
+ * test/postgres/pooler.test.ts.
+ */
+const BEHIND_PGBOUNCER = new Set([
+  'conformance/lifecycle.test.ts',
+  'conformance/concurrency.test.ts',
+  'conformance/retries.test.ts',
+  'conformance/retry-now.test.ts',
+  'conformance/faults.test.ts',
+  'conformance/pause.test.ts',
+  'conformance/pause-unserved.test.ts',
+  'conformance/unique.test.ts',
+  'conformance/idempotent.test.ts',
+  'conformance/recurring.test.ts',
+  'conformance/transactions.test.ts',
+  'conformance/counts.test.ts',
+  'conformance/retry-wakeup.test.ts',
+  'driver/admin.test.ts',
+  'driver/hot-path.test.ts',
+  'driver/presence.test.ts',
+  'driver/wakeups.test.ts',
+])
+
+/** The backends the calling test file runs: `backends`, and PgBouncer's for the files in BEHIND_PGBOUNCER. */
+function backendsOfThisFile(): Backend[] {
+  const file = expect.getState().testPath?.replaceAll('\\', '/')
+  const behind = file !== undefined && [...BEHIND_PGBOUNCER].some((f) => file.endsWith(`/test/${f}`))
+  return behind ? [...backends, pgbouncerBackend()] : backends
+}
+
+/**
  * Runs `body` once per backend, as its own describe block named
  * `<backend>: <title>`. A backend that cannot run here gets one skipped
  * test whose name says why, instead of its tests.
  */
 export function describeEachBackend(title: string, body: (backend: Backend) => void): void {
-  describe.each(backends)(`$name: ${title}`, (backend) => {
+  describe.each(backendsOfThisFile())(`$name: ${title}`, (backend) => {
     if (backend.skip !== undefined) {
       it.skip(`skipped: ${backend.skip}`, () => {})
       return
