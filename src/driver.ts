@@ -182,6 +182,8 @@ export interface DriverPresence {
   runnerHeartbeat(params: { runnerId: string; now: number }): Promise<boolean>
   /** Forgets a stopped runner and releases its liveness signal; a job it left running is then failed by the next sweep. */
   runnerUnregister(params: { runnerId: string }): Promise<void>
+  /** The kinds the live runners on the database registered (handle), each once, sorted: what an operator's tools call known. */
+  runnerKinds(): Promise<string[]>
 }
 
 /**

@@ -132,22 +132,21 @@ const KINDS_LISTED = 20
 
 /**
  * Refuses a kind the database has never seen: no job of it (in any
- * status, pruned ones aside) and no pause. What the drivers let a runner
- * read today is counts() and paused(); the kinds that live runners
- * registered (their handlers) are in the runners table, but no driver
- * statement returns them, so a kind that is registered and has had no
- * job yet needs --force. counts() reads every job: a cost paid only here,
- * by an operator's command, and only when the kind is not paused.
+ * status, pruned ones aside), no pause, and no live runner that handles
+ * it. counts() may read every job: a cost paid only here, by an
+ * operator's command, and only when the kind is neither paused nor
+ * registered.
  */
 async function refuseUnknownKind(runner: Runner, action: 'pause' | 'resume', kind: string): Promise<void> {
   const paused = (await runner.paused()).map((p) => p.kind)
-  if (paused.includes(kind)) return
-  const known = [...new Set([...(await runner.counts()).map((c) => c.kind), ...paused])].sort()
+  const registered = await runner.driver.runnerKinds()
+  if (paused.includes(kind) || registered.includes(kind)) return
+  const known = [...new Set([...(await runner.counts()).map((c) => c.kind), ...paused, ...registered])].sort()
   if (known.includes(kind)) return
   const guess = nearest(kind, known)
   const listed = known.length === 0 ? 'no kind has had a job here yet' : `known kinds: ${known.slice(0, KINDS_LISTED).join(', ')}${known.length > KINDS_LISTED ? `, and ${known.length - KINDS_LISTED} more` : ''}`
   throw new CliFailure(
-    `kinds ${action}: the database has never seen the kind ${JSON.stringify(kind)} (no job of it, and it is not paused)` +
+    `kinds ${action}: the database has never seen the kind ${JSON.stringify(kind)} (no job of it, it is not paused, and no live runner handles it)` +
       (guess === undefined ? '' : `; did you mean ${JSON.stringify(guess)}?`) +
       ` (${listed})\nTo ${action} it anyway, such as a kind whose first job is still to come, add --force.`,
   )

@@ -203,8 +203,8 @@ Pauses a kind for every process on the database, and across restarts: its
 queued jobs stay queued and running ones finish; resume lets them run again.
 Prints {kind, paused, changed} (changed: false when it was already so), or
 the paused kinds, as JSON on stdout. A kind the database has never seen (no
-job of it, and not paused) is refused, naming the nearest known kind, unless
---force is given.
+job of it, not paused, and no live runner handles it) is refused, naming the
+nearest known kind, unless --force is given.
 
 Options:
 ${DATABASE}

@@ -477,6 +477,11 @@ export class PostgresDriver implements Driver<PgQueryable, false> {
     return due === null || due === undefined ? null : Number(due)
   }
 
+  async runnerKinds(): Promise<string[]> {
+    // Sorted here, not by the server's collation: the same order on every backend.
+    return (await this.#query<{ kind: string }>('read runner kinds', this.#q.runnerKinds, [])).rows.map((r) => r.kind).sort()
+  }
+
   async queueUnservedKinds(_params: { now: number }): Promise<string[]> {
     return (await this.#query<{ kind: string }>('read unserved kinds', this.#q.unservedKinds, [])).rows.map((r) => r.kind)
   }

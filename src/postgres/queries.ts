@@ -321,6 +321,9 @@ export function queries(s: string) {
         FROM orphans o WHERE j.seq = o.seq
       RETURNING o.requeue`,
 
+    /** The kinds of the runners whose lease is live on the database's clock, each once. */
+    runnerKinds: `SELECT DISTINCT unnest(kinds) AS kind FROM ${s}.runners WHERE expires_at >= ${dbNowMs}`,
+
     /** Records a live runner of the kinds $4, with jobtable's release, and a lease of $3 ms on the database's clock. */
     registerRunner: `
       INSERT INTO ${s}.runners (id, started_at, heartbeat_at, expires_at, kinds, version) VALUES ($1, $2, $2, ${dbNowMs} + $3, $4::text[], ${VERSION_SQL})

@@ -550,12 +550,20 @@ export class SqliteDriver implements Driver<SqliteDatabase, true> {
 
   /** The kinds of the runners on this file whose lock proves them alive, as a JSON array. */
   #servedKinds(): string {
+    return JSON.stringify(this.#liveRunnerKinds())
+  }
+
+  #liveRunnerKinds(): string[] {
     const served = new Set<string>()
     for (const row of this.#runnersWithKinds.all() as { id: string; kinds: string }[]) {
       if (!this.#locks.isAlive(row.id)) continue
       for (const kind of JSON.parse(row.kinds) as string[]) served.add(kind)
     }
-    return JSON.stringify([...served])
+    return [...served]
+  }
+
+  async runnerKinds(): Promise<string[]> {
+    return run('read runner kinds', () => this.#liveRunnerKinds().sort())
   }
 
   async jobCancelWaiting({ id, scope, now }: { id: string; scope?: string | null; now: number }): Promise<boolean> {

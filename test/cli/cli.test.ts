@@ -705,7 +705,7 @@ describe('jobtable command', () => {
     expect(await cli(['migrate', '-d', db]).exit).toBe(0)
     const unseen = cli(['kinds', 'pause', 'meal_plan', '-d', db])
     expect(await unseen.exit).toBe(1)
-    expect(unseen.stderr).toContain('kinds pause: the database has never seen the kind "meal_plan" (no job of it, and it is not paused) (no kind has had a job here yet)')
+    expect(unseen.stderr).toContain('kinds pause: the database has never seen the kind "meal_plan" (no job of it, it is not paused, and no live runner handles it) (no kind has had a job here yet)')
     // A producer's jobs: no process has run either kind.
     const side = new Runner({ driver: sqlite({ path: db }), logger: QUIET })
     const payload = (await import('zod')).z.strictObject({})
@@ -715,7 +715,7 @@ describe('jobtable command', () => {
     const typo = cli(['kinds', 'pause', 'meal_pln', '-d', db])
     expect(await typo.exit).toBe(1)
     expect(typo.stderr).toBe(
-      'jobtable: kinds pause: the database has never seen the kind "meal_pln" (no job of it, and it is not paused); did you mean "meal_plan"? (known kinds: meal_plan, send_email)\n' +
+      'jobtable: kinds pause: the database has never seen the kind "meal_pln" (no job of it, it is not paused, and no live runner handles it); did you mean "meal_plan"? (known kinds: meal_plan, send_email)\n' +
         'To pause it anyway, such as a kind whose first job is still to come, add --force.\n',
     )
     const paused = cli(['kinds', 'paused', '-d', db])
@@ -735,6 +735,16 @@ describe('jobtable command', () => {
     const forced = cli(['kinds', 'pause', 'reports', '--force', '-d', db])
     expect(await forced.exit).toBe(0)
     expect(JSON.parse(forced.stdout)).toEqual({ kind: 'reports', paused: true, changed: true })
+    // A kind a live runner handles is known before its first job; once that runner is gone it is not.
+    const worker = new Runner({ driver: sqlite({ path: db }), logger: QUIET })
+    worker.register('digest', { payload, handler: () => undefined })
+    await worker.start()
+    const handled = cli(['kinds', 'pause', 'digest', '-d', db])
+    expect(await handled.exit).toBe(0)
+    expect(JSON.parse(handled.stdout)).toEqual({ kind: 'digest', paused: true, changed: true })
+    expect(await cli(['kinds', 'resume', 'digest', '-d', db]).exit).toBe(0)
+    await worker.close()
+    expect(await cli(['kinds', 'pause', 'digest', '-d', db]).exit).toBe(1)
     // A paused kind is known: resume it without --force.
     const resumed = cli(['kinds', 'resume', 'reports', '-d', db])
     expect(await resumed.exit).toBe(0)

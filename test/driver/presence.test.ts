@@ -47,6 +47,23 @@ describeEachBackend('DriverPresence', (backend) => {
     })
   })
 
+  describe('runnerKinds', () => {
+    it("lists the kinds of the live runners, each once and sorted, seen from any process; a runner's are gone once it is", async () => {
+      expect(await t.driver.runnerKinds()).toEqual([])
+      const one = newRunnerId()
+      await t.driver.runnerRegister({ runnerId: one, kinds: ['meal_plan', 'import'], now: T0 })
+      await t.open().runnerRegister({ runnerId: newRunnerId(), kinds: ['import', 'digest'], now: T0 })
+      expect(await t.open().runnerKinds()).toEqual(['digest', 'import', 'meal_plan'])
+      // A runner proven gone (its lock released, or its short lease lapsed) lists nothing; on PostgreSQL it also
+      // registered a probe kind of its own, and its lease may lapse before this reads: only the end state is asserted.
+      const dead = await doomedRunner(t, t.driver, ['mail'])
+      await dead.lose()
+      expect(await t.open().runnerKinds()).toEqual(['digest', 'import', 'meal_plan'])
+      await t.driver.runnerUnregister({ runnerId: one })
+      expect(await t.open().runnerKinds()).toEqual(['digest', 'import'])
+    })
+  })
+
   describe('runnerHeartbeat', () => {
     it('is true while the runner is registered, and false for a runner never registered', async () => {
       const runner = newRunnerId()
