@@ -67,7 +67,10 @@ describe('sqlite: writes a caller waits for, on a file another connection holds 
   })
 
   it('enqueue, enqueueMany, pause, resume, cancel and retry wait for the lock with the event loop turning, and each lands once when it goes', async () => {
-    const r = runner()
+    // A bound far past anything this test waits for: on a loaded machine the seven callers' short blocking tries can
+    // hold the loop long enough that 20 ticks take seconds, and the default 5 s must not run out before the release.
+    // The bound running out is the next test's.
+    const r = runner({ busyRetryMs: 600_000 })
     const kind = r.register('echo', { payload, handler: () => undefined })
     const waiting = await kind.enqueue({ n: 0 })
     const cancelled = await kind.enqueue({ n: -1 })
