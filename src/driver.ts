@@ -62,6 +62,13 @@ export interface DriverHotPath<Tx = unknown, TxSync extends boolean = boolean> {
    * claims take row locks without waiting (PostgreSQL), a claim running
    * beside one of several kinds may pass over queue heads that claim
    * locked but did not take; they stay queued for the next claim.
+   *
+   * The claim follows the kinds' rules (ClaimParams.limits, KindRule):
+   * concurrency caps, rate limits (a job whose bucket has no room left is
+   * passed over, and stays queued with its attempt unused), and fair
+   * order for fair kinds. No job is taken while a cooldown of its bucket
+   * (rateBucket: the kind's name for a kind without a rate rule) is in
+   * force: until > now.
    */
   jobClaim(params: ClaimParams & { now: number }): Promise<ClaimedJob[]>
   /** Replaces a running job's result; false when the job is not running under that claim. */
@@ -267,6 +274,24 @@ export interface DriverAdmin {
    * left out.
    */
   queueCounts(params: { limit: number }): Promise<QueueCount[]>
+  /** The cooldowns still in force at `now` (until > now), by key. */
+  cooldownList(params: { now: number }): Promise<Cooldown[]>
+  /** Ends the cooldown of `key` now; true when one was recorded (in force or not). */
+  cooldownClear(params: { key: string }): Promise<boolean>
+  /**
+   * The use of rate buckets at `now`: for each window, its bucket's claims
+   * after `now - periodMs` (the window). With `perScope` set, `bucket` is a
+   * kind's name and the answer has one entry per `<kind>@<scope>` bucket
+   * with claims in the window (none for a scope without). A bucket without
+   * claims in its window is left out.
+   */
+  rateUsage(params: { now: number; windows: readonly { bucket: string; periodMs: number; perScope: boolean }[] }): Promise<RateUse[]>
+  /**
+   * How many jobs (of `scope`, as in jobGet) finished at or after `since`
+   * in each minute, by status: the dashboard's chart of the last hour,
+   * read from the jobs table. A minute and status with none is left out.
+   */
+  jobActivity(params: { since: number; scope?: string | null }): Promise<JobActivity[]>
 }
 
 /**
@@ -374,7 +399,80 @@ export interface ClaimParams {
    * counted race-free against every concurrent claim, and takes other
    * jobs past the ones it may not take.
    */
-  readonly limits?: ReadonlyMap<string, { readonly concurrency: number | null; readonly scopeConcurrency: number | null }>
+  readonly limits?: ReadonlyMap<string, KindRule>
+}
+
+/**
+ * A kind's rules for claims (ClaimParams.limits): limits on running jobs,
+ * a rate limit on starts, and fair order across scopes.
+ */
+export interface KindRule {
+  readonly concurrency: number | null
+  readonly scopeConcurrency: number | null
+  /**
+   * At most `rate.limit` claims per `rate.periodMs` in each of the kind's
+   * buckets (see RateRule), counted over every process on the database in
+   * the claim's own transaction. Absent or null: no rate limit.
+   */
+  readonly rate?: RateRule | null
+  /**
+   * Its jobs are claimed in turn across scopes (NewJob.fair positions)
+   * within each priority, instead of oldest first. Absent or false: oldest
+   * first.
+   */
+  readonly fair?: boolean
+}
+
+/**
+ * A rate limit as a driver applies it: a sliding window. A claim at `now`
+ * counts the claims recorded in the bucket after `now - periodMs`
+ * (later ones included: another process's clock may run ahead) and takes
+ * at most `limit` less that count of the bucket's jobs, recording each
+ * one it takes, in the same transaction. What a limit counts is claims
+ * (starts): a claim given back unstarted still counts.
+ */
+export interface RateRule {
+  readonly limit: number
+  readonly periodMs: number
+  /**
+   * The bucket its claims count in: a name (the kind's own, or one several
+   * kinds share), or null for one bucket per scope, named
+   * `<kind>@<scope>` (see rateBucket).
+   */
+  readonly bucket: string | null
+}
+
+/**
+ * The bucket (and the cooldown key) a job of `kind` in `scope` draws on:
+ * its rate rule's bucket, `<kind>@<scope>` for a per-scope rule (an
+ * unscoped job: `<kind>@`), or the kind's name without a rule.
+ */
+export function rateBucket(kind: string, scope: string | null, rate: RateRule | null | undefined): string {
+  if (rate === null || rate === undefined) return kind
+  return rate.bucket ?? `${kind}@${scope ?? ''}`
+}
+
+/** A cooldown: no claim takes a job whose bucket (rateBucket) is `key` before `until` (epoch ms). */
+export interface Cooldown {
+  readonly key: string
+  readonly until: number
+}
+
+/** How much of a rate bucket's window is used (DriverAdmin.rateUsage). */
+export interface RateUse {
+  readonly bucket: string
+  /** Claims recorded in the window (after now - periodMs). */
+  readonly used: number
+  /** The earliest of them (epoch ms): the bucket has room again at oldest + periodMs. Null when none. */
+  readonly oldest: number | null
+}
+
+/** Jobs that finished in one minute with one status (DriverAdmin.jobActivity). */
+export interface JobActivity {
+  /** The minute's start, epoch ms (a multiple of 60,000). */
+  readonly minute: number
+  readonly status: TerminalStatus
+  readonly count: number
 }
 
 /** What jobFinishManyAndClaim takes. */
@@ -411,6 +509,12 @@ export interface NewJob {
   readonly requeueInterrupted: boolean
   /** With its kind and scope, the key no other live job may hold (see jobInsertMany); null or absent for none. */
   readonly uniqueKey?: string | null
+  /**
+   * Its kind claims fairly across scopes (KindRule.fair): the driver gives
+   * it a position in its scope's lane, so claims take the scopes in turn.
+   * Absent or false: no position (claimed by age, as before).
+   */
+  readonly fair?: boolean
   /**
    * The trace context of the enqueue that made it, as JSON text (the
    * fields an OpenTelemetry propagator writes, such as `traceparent`),
@@ -453,6 +557,8 @@ export interface ClaimedJob {
   readonly maxAttempts: number
   /** Its deadline from this start, or null. */
   readonly timeoutMs: number | null
+  /** The owner scope it was enqueued under, or null: a handler's default cooldown key of a per-scope rate limit needs it. */
+  readonly scope: string | null
   /** The trace context stored with it at its enqueue (see NewJob), or null; absent from a driver that stores none. */
   readonly traceContext?: string | null
   /**
@@ -488,6 +594,13 @@ export interface JobFinish {
   readonly error: string | null
   /** For a retry or a snooze: when it runs next (epoch ms); null otherwise. */
   readonly runAt: number | null
+  /**
+   * For a snooze that a handler's `job.rateLimited` ended: the cooldown
+   * to record in the same transaction, only when the write applied. A
+   * cooldown already recorded for the key ends at the later of the two:
+   * a cooldown is extended, never shortened, by another.
+   */
+  readonly cooldown?: Cooldown | null
 }
 
 /** Whether a final write sends its job back to the queue (a retry or a snooze) rather than ending it. */

@@ -235,3 +235,35 @@ export class JobSnooze extends Error {
   }
 }
 Object.defineProperty(JobSnooze.prototype, JOB_SNOOZE_BRAND, { value: true, enumerable: false, writable: false, configurable: false })
+
+/** The mark of a JobRateLimited, from whichever copy of jobtable made it (as JOB_FAILURE_BRAND). */
+const JOB_RATE_LIMITED_BRAND = Symbol.for('jobtable.JobRateLimited')
+
+/**
+ * Thrown by `job.rateLimited(untilOrMs, { key })`: ends the job's attempt
+ * as a snooze until `until` (its attempt given back) and records a
+ * cooldown of `key` (default: the job's rate bucket, or its kind's name)
+ * until then, so that no worker of any process starts a job of that key
+ * before the provider's reset. `until` is read when the runner records the
+ * attempt: a Date; a number >= 1e11 is epoch milliseconds; a smaller
+ * number >= 0 is a delay from then. Anything else (NaN, a negative number,
+ * an invalid Date, a bad key, an unknown option) fails the job with
+ * `internal_error`. Recognized across copies of jobtable, as JobFailure is.
+ */
+export class JobRateLimited extends Error {
+  /** As given: a Date, epoch milliseconds, or a delay in milliseconds. */
+  readonly until: Date | number
+  /** The options as given (`{ key? }`); checked when the runner records the attempt. */
+  readonly options: { readonly key?: string } | undefined
+  constructor(until: Date | number, options?: { readonly key?: string }) {
+    super('jobtable: rate limited')
+    this.until = until
+    this.options = options
+    this.name = 'JobRateLimited'
+  }
+
+  static override [Symbol.hasInstance](value: unknown): boolean {
+    return (typeof value === 'object' || typeof value === 'function') && value !== null && (value as { [JOB_RATE_LIMITED_BRAND]?: unknown })[JOB_RATE_LIMITED_BRAND] === true
+  }
+}
+Object.defineProperty(JobRateLimited.prototype, JOB_RATE_LIMITED_BRAND, { value: true, enumerable: false, writable: false, configurable: false })

@@ -28,12 +28,15 @@ export type {
   ClaimErrorMessage,
   DatabaseErrorMessage,
   DatabaseOperation,
+  RateLimitState,
+  Activity,
+  ActivityOptions,
 } from './runner/runner.js'
 export { defineKind } from './kind.js'
 export type { ScheduleDefinition, ScheduleEnqueueOptions, ScheduleInfo, MissedTicks } from './schedule.js'
-export type { JobContext, KindDefinition, KindDef, KindOptions, Handler, HandlerErrorHook, RetryOptions, KindLimit } from './kind.js'
+export type { JobContext, KindDefinition, KindDef, KindOptions, Handler, HandlerErrorHook, RetryOptions, KindLimit, RateLimitOptions, RateLimitedOptions } from './kind.js'
 export type { Logger } from './logger.js'
-export type { CancelResult, RetryNowResult, QueueNowResult, ScheduleAdvance, JobCount, WakeReason, Driver, DriverBase, DriverHotPath, DriverMaintenance, DriverPresence, DriverAdmin, DriverWakeups, DriverCapabilities, LivenessCapability, NewJob, InsertResult, ClaimedJob, ClaimParams, FinishAndClaimParams, FinishAndClaimResult, JobFinish, JobRow, JobListParams, QueueCount } from './driver.js'
+export type { CancelResult, RetryNowResult, QueueNowResult, ScheduleAdvance, JobCount, WakeReason, Driver, DriverBase, DriverHotPath, DriverMaintenance, DriverPresence, DriverAdmin, DriverWakeups, DriverCapabilities, LivenessCapability, NewJob, InsertResult, ClaimedJob, ClaimParams, FinishAndClaimParams, FinishAndClaimResult, JobFinish, JobRow, JobListParams, QueueCount, KindRule, RateRule, Cooldown, RateUse, JobActivity } from './driver.js'
 export {
   type Job,
   type JobStatus,
@@ -68,5 +71,6 @@ export {
   SchemaBehindError,
   JobFailure,
   JobSnooze,
+  JobRateLimited,
   type PayloadIssue,
 } from './errors.js'

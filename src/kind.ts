@@ -1,5 +1,6 @@
 import type { StandardSchemaV1 } from '@standard-schema/spec'
-import { JobFailure, JobSnooze, RegistrationError } from './errors.js'
+import { type Cooldown, type KindRule, rateBucket, type RateRule } from './driver.js'
+import { JobFailure, JobRateLimited, JobSnooze, RegistrationError } from './errors.js'
 import { CODE_INTERNAL, CODE_TIMEOUT, FAILURE_CODE_PATTERN, RESERVED_CODES } from './job.js'
 import { decodePayload, isThenable } from './payload.js'
 import { publicJson } from './result.js'
@@ -32,6 +33,21 @@ export interface JobContext<R, Code extends string = string> {
    * and the attempt is given back. `return ctx.snooze(60_000)`.
    */
   snooze(ms: number): never
+  /**
+   * Ends this attempt because a provider said "not before `untilOrMs`" (a
+   * 429 with its reset time): the job goes back to the queue due then,
+   * its attempt given back, and a cooldown of `key` is recorded until then
+   * in the same write, so no worker of any process on the database starts
+   * a job of that key before it. `untilOrMs`: a Date; a number >= 1e11 is
+   * epoch milliseconds; a smaller number >= 0 is a delay from now. `key`
+   * defaults to the job's rate bucket (the kind's name for a kind without
+   * `rateLimit`, its shared key, or `<kind>@<scope>` for a per-scope one).
+   * An invalid time, key or option fails the job with `internal_error`.
+   * `return job.rateLimited(new Date(resetAt))`.
+   */
+  rateLimited(untilOrMs: Date | number, options?: RateLimitedOptions): never
+  /** The owner scope the job was enqueued under, or null. */
+  readonly scope: string | null
   /** This claim's number: 1 on the first start, counting every start since (retries, requeues, snoozes). */
   readonly attempt: number
   /**
@@ -101,13 +117,52 @@ export interface KindOptions<S extends StandardSchemaV1, R, Code extends string>
   readonly concurrency?: number
   /** At most this many jobs of the kind run at once per owner scope (one plan per household). Default: no limit. */
   readonly scopeConcurrency?: number
+  /**
+   * At most `limit` starts per `periodMs` (a sliding window), counted over
+   * every process on the database in the claim itself: a job over the
+   * limit stays queued, using no attempt, and the claim takes other
+   * kinds' jobs past it. A start counts whether or not its handler
+   * finishes. `key`: `'kind'` (default, one budget for the kind), `'scope'`
+   * (one budget per owner scope), or a name several kinds share
+   * (`'provider:openai'`). Default: no rate limit.
+   */
+  readonly rateLimit?: RateLimitOptions
+  /**
+   * `'scope'`: when several scopes have queued jobs of the kind, claims
+   * take them in turn across scopes, within each priority, instead of
+   * oldest first, so one scope's backlog does not hold up another's one
+   * job. Default: oldest first.
+   */
+  readonly fairness?: 'scope'
 }
 
-/** How many jobs of a kind may run at once, in all and per scope (null: no limit). */
-export interface KindLimit {
-  readonly concurrency: number | null
-  readonly scopeConcurrency: number | null
+/** A kind's rate limit: at most `limit` starts per `periodMs` in each of its buckets. */
+export interface RateLimitOptions {
+  /** Starts per window: an integer from 1 to 1000000. */
+  readonly limit: number
+  /** The window, in ms: an integer from 1 to 2592000000 (30 days). */
+  readonly periodMs: number
+  /**
+   * Which budget a job draws on: `'kind'` (default: one per kind),
+   * `'scope'` (one per owner scope, bucket `<kind>@<scope>`), or the name
+   * of a bucket every kind naming it shares (1 to 200 characters, no `@`,
+   * no control characters); kinds sharing one in a runner must give the
+   * same limit and periodMs.
+   */
+  readonly key?: 'kind' | 'scope' | (string & {})
 }
+
+/** Options of `job.rateLimited`. */
+export interface RateLimitedOptions {
+  /** The cooldown's key: 1 to 1024 characters. Default: the job's rate bucket (see JobContext.rateLimited). */
+  readonly key?: string
+}
+
+/**
+ * A kind's rules for claims: how many jobs may run at once, in all and
+ * per scope, its rate limit and its fair order (the driver's KindRule).
+ */
+export type KindLimit = KindRule
 
 /** Retries of a kind: how many attempts in all, which failures, how long between them. */
 export interface RetryOptions<Code extends string = string> {
@@ -148,11 +203,14 @@ export interface KindDef<S extends StandardSchemaV1 = StandardSchemaV1, R = unkn
   readonly idempotent: boolean
   readonly concurrency: number | undefined
   readonly scopeConcurrency: number | undefined
+  readonly rateLimit: RateLimitOptions | undefined
+  readonly fairness: 'scope' | undefined
   /** A JobFailure with one of the declared codes, to throw from a handler or a function it calls. */
   failure(code: Code): JobFailure<Code>
 }
 
-const DEFINITION_KEYS = ['payload', 'result', 'failures', 'enqueueOverHttp', 'retry', 'timeoutMs', 'idempotent', 'concurrency', 'scopeConcurrency'] as const
+const DEFINITION_KEYS = ['payload', 'result', 'failures', 'enqueueOverHttp', 'retry', 'timeoutMs', 'idempotent', 'concurrency', 'scopeConcurrency', 'rateLimit', 'fairness'] as const
+const RATE_LIMIT_KEYS = ['limit', 'periodMs', 'key'] as const
 const REGISTER_KEYS = [...DEFINITION_KEYS, 'handler'] as const
 
 
@@ -178,6 +236,9 @@ export function defineKind<S extends StandardSchemaV1, R = unknown, const Code e
     idempotent: options.idempotent === true,
     concurrency: options.concurrency,
     scopeConcurrency: options.scopeConcurrency,
+    // A copy: the definition is frozen, and a later change to the caller's object must not change the kind.
+    rateLimit: options.rateLimit === undefined ? undefined : Object.freeze({ ...options.rateLimit }),
+    fairness: options.fairness,
     failure: (code: Code) => new JobFailure<Code>(code),
   })
 }
@@ -202,7 +263,12 @@ export function splitDefinition(name: string, definition: KindDefinition<Standar
 export type HandlerErrorHook = (error: unknown, job: { readonly id: string; readonly kind: string; readonly attempt: number; readonly code: string }) => void
 
 /** The outcome of running one job's handler: a public result, or a failure code and a loggable reason. */
-export type Outcome = { readonly result: string } | { readonly code: string; readonly reason: string } | { readonly snoozeMs: number }
+export type Outcome =
+  | { readonly result: string }
+  | { readonly code: string; readonly reason: string }
+  | { readonly snoozeMs: number }
+  /** `job.rateLimited`: a snooze until the cooldown's end, recording the cooldown. */
+  | { readonly rateLimited: Cooldown }
 
 /**
  * A kind known to a runner, with the code that runs its jobs when this
@@ -218,8 +284,14 @@ export class RegisteredKind {
   readonly maxAttempts: number
   readonly timeoutMs: number | null
   readonly idempotent: boolean
-  /** The kind's limits on running jobs, or undefined when it has none. */
-  readonly limit: KindLimit | undefined
+  /** The kind's rules for claims (limits on running jobs, rate limit, fair order), or undefined when it has none. */
+  readonly rule: KindRule | undefined
+  /** Its rate limit as the driver applies it, or null. */
+  readonly rate: RateRule | null
+  /** Whether its jobs are claimed in turn across scopes (enqueues give them a position). */
+  readonly fair: boolean
+  /** Whether it limits how many of its jobs run at once (concurrency or scopeConcurrency). */
+  readonly capsRunning: boolean
   readonly #definition: KindDef
   readonly #declared: ReadonlySet<string>
   readonly #retried: ReadonlySet<string>
@@ -237,8 +309,14 @@ export class RegisteredKind {
     this.idempotent = definition.idempotent
     this.maxAttempts = definition.retry?.maxAttempts ?? (definition.idempotent ? 3 : 1)
     this.timeoutMs = definition.timeoutMs ?? null
-    const { concurrency, scopeConcurrency } = definition
-    this.limit = concurrency === undefined && scopeConcurrency === undefined ? undefined : { concurrency: concurrency ?? null, scopeConcurrency: scopeConcurrency ?? null }
+    const { concurrency, scopeConcurrency, rateLimit } = definition
+    this.capsRunning = concurrency !== undefined || scopeConcurrency !== undefined
+    this.rate = rateLimit === undefined ? null : { limit: rateLimit.limit, periodMs: rateLimit.periodMs, bucket: bucketOf(definition.name, rateLimit.key) }
+    this.fair = definition.fairness === 'scope'
+    this.rule =
+      this.capsRunning || this.rate !== null || this.fair
+        ? { concurrency: concurrency ?? null, scopeConcurrency: scopeConcurrency ?? null, rate: this.rate, fair: this.fair }
+        : undefined
     this.#retried = new Set(definition.retry?.codes ?? [])
     this.#baseMs = definition.retry?.backoff?.baseMs ?? 1_000
     this.#maxMs = definition.retry?.backoff?.maxMs ?? 600_000
@@ -260,9 +338,15 @@ export class RegisteredKind {
     return Math.round(full / 2 + (random() * full) / 2)
   }
 
+  /** The cooldown key of this kind's job in `scope` when a handler names none: the job's rate bucket. */
+  bucket(scope: string | null): string {
+    return rateBucket(this.name, scope, this.rate)
+  }
+
   /** The failure a thrown value stands for: a declared code, or internal_error for anything else, even a value that throws when inspected. */
-  #classify(thrown: unknown): Outcome {
+  #classify(thrown: unknown, scope: string | null, now: () => number): Outcome {
     try {
+      if (thrown instanceof JobRateLimited) return this.#rateLimited(thrown as JobRateLimited, scope, now)
       if (thrown instanceof JobSnooze) {
         const ms: unknown = (thrown as JobSnooze).delayMs
         return typeof ms === 'number' && Number.isSafeInteger(ms) && ms >= 0 ? { snoozeMs: ms } : { code: CODE_INTERNAL, reason: 'snooze without a valid delay' }
@@ -276,6 +360,19 @@ export class RegisteredKind {
     }
   }
 
+  /** What `job.rateLimited` asked for, checked: a cooldown, or internal_error with a fixed reason (never the value). */
+  #rateLimited(thrown: JobRateLimited, scope: string | null, now: () => number): Outcome {
+    const options: unknown = thrown.options
+    if (options !== undefined && (options === null || typeof options !== 'object' || Array.isArray(options) || Object.keys(options).some((k) => k !== 'key'))) {
+      return { code: CODE_INTERNAL, reason: 'rateLimited with unknown options' }
+    }
+    const key: unknown = (options as { key?: unknown } | undefined)?.key
+    if (key !== undefined && !isCooldownKey(key)) return { code: CODE_INTERNAL, reason: 'rateLimited with an invalid key' }
+    const until = cooldownEnd(thrown.until, now)
+    if (until === undefined) return { code: CODE_INTERNAL, reason: 'rateLimited without a valid time' }
+    return { rateLimited: { key: (key as string | undefined) ?? this.bucket(scope), until } }
+  }
+
   /** The public JSON of a (partial) result; throws ResultNotPublicError. */
   project(result: unknown): string {
     return publicJson(this.#definition.result, result)
@@ -286,7 +383,7 @@ export class RegisteredKind {
    * failure is one of a few fixed phrases: nothing the handler threw is
    * kept, not even to log.
    */
-  async run(payloadText: string, ctx: JobContext<unknown>, thrown?: (error: unknown, code: string) => void): Promise<Outcome> {
+  async run(payloadText: string, ctx: JobContext<unknown>, thrown?: (error: unknown, code: string) => void, now: () => number = Date.now): Promise<Outcome> {
     const handler = this.handler
     if (handler === undefined) return { code: CODE_INTERNAL, reason: 'no handler in this runner' }
     // Awaited only when asynchronous: a synchronous schema or handler costs no extra turn per job.
@@ -303,7 +400,7 @@ export class RegisteredKind {
       result = handler(payload.value, ctx)
       if (isThenable(result)) result = await result
     } catch (error) {
-      const outcome = this.#classify(error)
+      const outcome = this.#classify(error, ctx.scope, now)
       // What the handler threw reaches the application's own hook, in this process only, when it ends the attempt as a failure (not a snooze).
       if (thrown !== undefined && 'code' in outcome) thrown(error, outcome.code)
       return outcome
@@ -334,6 +431,7 @@ function validateDefinition(name: string, def: object | undefined, keys: readonl
     throw new RegistrationError(name, 'enqueueOverHttp must be true or false')
   }
   validateLifecycle(name, d)
+  validateClaimRules(name, d)
   const codes: unknown = d.failures ?? []
   if (!Array.isArray(codes)) throw new RegistrationError(name, 'failures must be an array of codes')
   for (const code of codes) {
@@ -376,6 +474,60 @@ function validateLifecycle(name: string, d: Partial<KindDefinition<StandardSchem
   for (const [key, value] of Object.entries(backoff)) {
     if (!Number.isSafeInteger(value) || (value as number) < 0) throw new RegistrationError(name, `retry.backoff.${key} must be an integer >= 0`)
   }
+}
+
+/** Checks rateLimit (refusing unknown keys inside it, naming them) and fairness. */
+function validateClaimRules(name: string, d: Partial<KindDefinition<StandardSchemaV1, unknown, string>>): void {
+  const fairness: unknown = d.fairness
+  if (fairness !== undefined && fairness !== 'scope') throw new RegistrationError(name, "fairness must be 'scope' (or left out: oldest first)")
+  const rate: unknown = d.rateLimit
+  if (rate === undefined) return
+  if (rate === null || typeof rate !== 'object' || Array.isArray(rate)) throw new RegistrationError(name, 'rateLimit must be an object { limit, periodMs, key? }')
+  for (const key of Object.keys(rate)) {
+    if (!(RATE_LIMIT_KEYS as readonly string[]).includes(key)) throw new RegistrationError(name, `unknown rateLimit option ${JSON.stringify(key)} (known: ${RATE_LIMIT_KEYS.join(', ')})`)
+  }
+  const { limit, periodMs, key } = rate as { limit?: unknown; periodMs?: unknown; key?: unknown }
+  if (!Number.isInteger(limit) || (limit as number) < 1 || (limit as number) > 1_000_000) throw new RegistrationError(name, 'rateLimit.limit must be an integer from 1 to 1000000')
+  if (!Number.isInteger(periodMs) || (periodMs as number) < 1 || (periodMs as number) > MAX_PERIOD_MS) {
+    throw new RegistrationError(name, `rateLimit.periodMs must be an integer from 1 to ${MAX_PERIOD_MS} (30 days)`)
+  }
+  if (key === undefined || key === 'kind' || key === 'scope') return
+  if (typeof key !== 'string' || key.length === 0 || key.length > 200 || key.includes('@') || CONTROL.test(key)) {
+    throw new RegistrationError(name, "rateLimit.key must be 'kind', 'scope', or a shared bucket's name of 1 to 200 characters without @ or control characters")
+  }
+}
+
+/** The longest rate-limit window: 30 days. */
+const MAX_PERIOD_MS = 2_592_000_000
+
+/** The longest cooldown key a handler or an operator may name. */
+export const MAX_COOLDOWN_KEY = 1024
+
+const CONTROL = /[\u0000-\u001f\u007f]/
+
+/** The bucket of a rate limit's `key` for kind `name`: its own name, null for one per scope, or the shared name. */
+function bucketOf(name: string, key: RateLimitOptions['key']): string | null {
+  if (key === undefined || key === 'kind') return name
+  return key === 'scope' ? null : key
+}
+
+/** Whether `key` may name a cooldown: a non-empty string of at most MAX_COOLDOWN_KEY characters, without NUL. */
+export function isCooldownKey(key: unknown): key is string {
+  return typeof key === 'string' && key.length > 0 && key.length <= MAX_COOLDOWN_KEY && !key.includes('\u0000')
+}
+
+/** The latest time a Date can hold, in epoch ms. */
+const MAX_TIME = 8.64e15
+
+/** `job.rateLimited`'s time as epoch ms: a Date, epoch ms (>= 1e11), or a delay from `now()`; undefined for anything else. */
+function cooldownEnd(until: unknown, now: () => number): number | undefined {
+  let ms: number
+  if (until instanceof Date) ms = until.getTime()
+  else if (typeof until !== 'number' || !(until >= 0)) return undefined
+  else ms = until >= 1e11 ? until : now() + until
+  if (!Number.isFinite(ms) || Math.abs(ms) > MAX_TIME) return undefined
+  // Rounded up: a provider's reset is never cut short.
+  return Math.ceil(ms)
 }
 
 function describe(v: unknown): string {

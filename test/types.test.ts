@@ -1,7 +1,7 @@
 import { describe, expectTypeOf, it } from 'vitest'
 import { z } from 'zod'
 import type Database from 'better-sqlite3'
-import { defineKind, JobFailure, Runner, type JobSpec, type Kind, type KindDef, type UniqueEnqueue } from 'jobtable'
+import { defineKind, JobFailure, JobRateLimited, Runner, type Activity, type Cooldown, type JobSpec, type Kind, type KindDef, type RateLimitState, type UniqueEnqueue } from 'jobtable'
 import type { PgQueryable, PostgresDriver } from 'jobtable/postgres'
 import { sqlite, type SqliteDatabase, type SqliteDriver } from 'jobtable/sqlite'
 
@@ -241,5 +241,51 @@ describe('types', () => {
     void web.close()
     void worker.close()
     void other.close()
+  })
+
+  it('rate limits and fairness are typed: a misspelled option, a wrong key or fairness mode does not compile', () => {
+    const payload = z.strictObject({ household: z.string() })
+    defineKind('plan', { payload, rateLimit: { limit: 60, periodMs: 60_000 }, fairness: 'scope' })
+    defineKind('plan', { payload, rateLimit: { limit: 60, periodMs: 60_000, key: 'scope' } })
+    defineKind('plan', { payload, rateLimit: { limit: 60, periodMs: 60_000, key: 'provider:openai' } })
+    const refused = () => {
+      // @ts-expect-error fairness across scopes is the only mode
+      defineKind('plan', { payload, fairness: 'tenant' })
+      // @ts-expect-error periodMs is required
+      defineKind('plan', { payload, rateLimit: { limit: 60 } })
+      // @ts-expect-error an unknown rateLimit option
+      defineKind('plan', { payload, rateLimit: { limit: 60, periodMs: 60_000, per: 'scope' } })
+      // @ts-expect-error a key is a string
+      defineKind('plan', { payload, rateLimit: { limit: 60, periodMs: 60_000, key: 7 } })
+      // @ts-expect-error a limit is a number
+      defineKind('plan', { payload, rateLimit: { limit: '60', periodMs: 60_000 } })
+      // @ts-expect-error and in the one-step form
+      typedRunner().register('plan', { payload, fairness: 'household', handler: () => undefined })
+    }
+    void refused
+    const runner = typedRunner()
+    runner.register('plan', {
+      payload,
+      rateLimit: { limit: 60, periodMs: 60_000, key: 'scope' },
+      handler: (_p, job) => {
+        expectTypeOf(job.scope).toEqualTypeOf<string | null>()
+        expectTypeOf(job.rateLimited).returns.toEqualTypeOf<never>()
+        if (job.attempt > 3) job.rateLimited(new Date(), { key: 'provider:openai' })
+        if (job.attempt > 2) job.rateLimited(30_000)
+        // @ts-expect-error a time is a Date or a number
+        if (job.attempt > 1) job.rateLimited('30s')
+        // @ts-expect-error an unknown option
+        if (job.attempt > 1) job.rateLimited(30_000, { scope: 'h1' })
+        throw new JobRateLimited(Date.now() + 1_000)
+      },
+    })
+    expectTypeOf(runner.cooldowns()).toEqualTypeOf<Promise<Cooldown[]>>()
+    expectTypeOf(runner.clearCooldown('k')).toEqualTypeOf<Promise<boolean>>()
+    expectTypeOf(runner.rateLimits()).toEqualTypeOf<Promise<RateLimitState[]>>()
+    expectTypeOf(runner.activity({ minutes: 60, scope: null })).toEqualTypeOf<Promise<Activity>>()
+    expectTypeOf<Activity['finished'][number]['status']>().toEqualTypeOf<'succeeded' | 'failed' | 'cancelled'>()
+    // @ts-expect-error an unknown activity option
+    void (() => runner.activity({ hours: 1 }))
+    void runner.close()
   })
 })

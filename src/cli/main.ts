@@ -1,6 +1,7 @@
 #!/usr/bin/env node
 /**
- * The `jobtable` command: `serve`, `worker`, `migrate`, `jobs`, `kinds` and `prune`. See
+ * The `jobtable` command: `serve`, `worker`, `migrate`, `jobs`, `kinds`, `prune`,
+ * `schedules`, `rate-limits`, `cooldowns` and `doctor`. See
  * `jobtable --help`, docs/cli.md and docs/http.md.
  */
 import { run } from './run.js'

@@ -6,6 +6,7 @@ import { DEFAULT_DATABASE } from './database.js'
 import { jobs, kinds, migrate } from './jobs.js'
 import { pruneCommand } from './prune.js'
 import type { CliContext } from './runtime.js'
+import { cooldownsCommand, rateLimitsCommand } from './cooldowns.js'
 import { doctorCommand } from './doctor.js'
 import { schedulesCommand } from './schedules.js'
 import { serve } from './serve.js'
@@ -39,6 +40,10 @@ export async function run(argv: string[], io: { stdout: NodeJS.WritableStream; s
         return await schedulesCommand(ctx)
       case 'doctor':
         return await doctorCommand(ctx)
+      case 'cooldowns':
+        return await cooldownsCommand(ctx)
+      case 'rate-limits':
+        return await rateLimitsCommand(ctx)
       case '-v':
       case '--version':
         io.stdout.write(`${packageVersion()}\n`)

@@ -82,15 +82,17 @@ export const HELP = {
 Durable background jobs in which a database table is the queue.
 
 Commands:
-  serve     the HTTP API and workers together
-  worker    workers only
-  migrate   create or upgrade the job tables, then exit
-  jobs      list or show jobs (jobs list, jobs show <id>)
-  kinds     pause or resume a kind everywhere (kinds pause <kind>, kinds resume <kind>, kinds paused)
-  prune     delete finished jobs older than a duration (prune --older-than 7d)
-  schedules list the recurring schedules a kinds module declares, with their next ticks
-  doctor    check a deployment: schema, live runners and their releases, kinds no
-            runner handles, paused kinds, the longest wait; exit 1 when a person is needed
+  serve       the HTTP API and workers together
+  worker      workers only
+  migrate     create or upgrade the job tables, then exit
+  jobs        list or show jobs (jobs list, jobs show <id>)
+  kinds       pause or resume a kind everywhere (kinds pause <kind>, kinds resume <kind>, kinds paused)
+  prune       delete finished jobs older than a duration (prune --older-than 7d)
+  schedules   list the recurring schedules a kinds module declares, with their next ticks
+  rate-limits list the rate limits a kinds module declares, with their use now
+  cooldowns   list the cooldowns in force, or end one (cooldowns clear <key>)
+  doctor      check a deployment: schema, live runners and their releases, kinds no
+              runner handles, paused kinds, the longest wait; exit 1 when a person is needed
 
 Run jobtable <command> --help for a command's options. jobtable -v (--version)
 prints the version.
@@ -120,9 +122,9 @@ ${DATABASE}
   -w, --workers <n>          concurrent jobs (default 4; 0 serves the API without workers)
       --tokens-file <path>   JSON file {"<token>": "<scope>", ...}: each bearer token and the
                              scope its holder owns (env JOBTABLE_TOKENS holds the same JSON)
-      --operator-scope <s>   the scope of the tokens that may pause and resume kinds over HTTP
-                             (without tokens every caller may; with tokens and no operator
-                             scope, none may)
+      --operator-scope <s>   the scope of the tokens that may pause and resume kinds, and read
+                             and clear rate limits and cooldowns, over HTTP (without tokens
+                             every caller may; with tokens and no operator scope, none may)
       --max-connections <n>  connections held at once (default 1024)
       --metrics              serve Prometheus metrics at GET /metrics on the API's listener, for
                              the operator scope and --metrics-scope; needs prom-client
@@ -248,6 +250,54 @@ ${DATABASE}
       --log-level <level>    debug, info, warn or error (default warn); logs go to stderr,
                              readable in a terminal, JSON lines otherwise
   -h, --help                 this help
+`,
+  'rate-limits': `Usage: jobtable rate-limits --kinds <module> [options]
+
+Lists the rate limits the kinds module declares (rateLimit in its
+registerKinds), each with its use now, as JSON on stdout:
+{"rateLimits": [{key, kinds, limit, periodMs, perScope, used, resetAt,
+cooldownUntil}, ...]}. key is the bucket: a kind's name, a name several
+kinds share, or <kind>@* for a per-scope limit, whose "used" is its busiest
+scope's and whose "scopes" lists each scope with claims in the window.
+used counts the claims (starts) in the sliding window of periodMs now;
+resetAt is when the oldest of them leaves it; cooldownUntil the end of a
+cooldown in force on the key. Times are ISO dates (UTC), or null. The
+database keeps only the claims, so the module says which limits there are.
+Nothing is started and nothing is claimed.
+
+Options:
+${DATABASE}
+  -k, --kinds <module>       module exporting registerKinds(runner) (required)
+      --log-level <level>    debug, info, warn or error (default warn); logs go to stderr,
+                             readable in a terminal, JSON lines otherwise
+  -h, --help                 this help
+
+Examples:
+  jobtable rate-limits --kinds ./jobs.js
+  jobtable rate-limits --kinds ./jobs.js -d postgres://db.internal/app
+`,
+  cooldowns: `Usage: jobtable cooldowns [list] [options]
+       jobtable cooldowns clear <key> [options]
+
+A cooldown pauses one rate-limit key for every process on the database
+until a time: a handler sets it with job.rateLimited(until), such as a
+model provider's reset after a 429. No job whose key it is starts before
+its end. list (the default) prints the cooldowns in force as JSON on
+stdout: {"cooldowns": [{key, until}, ...]}, until an ISO date (UTC).
+clear ends the key's cooldown now and prints {"key", "cleared": true}; its
+jobs may then be claimed again (a job the handler sent back stays due at
+its own time: jobtable jobs list --status scheduled). A key with no
+cooldown recorded exits 1, naming the keys in force, and changes nothing.
+
+Options:
+${DATABASE}
+${LOG}
+  -h, --help                 this help
+
+Examples:
+  jobtable cooldowns
+  jobtable cooldowns clear provider:models
+  jobtable cooldowns clear 'import_recipe@household-1'
 `,
   doctor: `Usage: jobtable doctor [options]
 

@@ -10,6 +10,7 @@ import {
   type Logger,
   type Runner,
 } from '../index.js'
+import { isCooldownKey } from '../kind.js'
 import { isRefusal, SCOPE_RULE, scopeFault, type Authorize } from './auth.js'
 import { readJsonBody } from './body.js'
 import { ChangeFeed } from './change-feed.js'
@@ -59,11 +60,14 @@ export interface ApiOptions {
   /**
    * The scope whose callers may pause and resume kinds
    * (`POST /api/v1/kinds/{kind}/pause` and `/resume`), which acts on every
-   * scope's jobs, and list the paused kinds and the runner's recurring
-   * schedules (`GET /api/v1/kinds/paused`, `GET /api/v1/schedules`).
-   * Default: none when `authorize` is set, so no caller may; without
-   * `authorize`, every caller may (the API then answers loopback names
-   * only, unless allowedHosts says otherwise).
+   * scope's jobs, list the paused kinds and the runner's recurring
+   * schedules (`GET /api/v1/kinds/paused`, `GET /api/v1/schedules`), read
+   * the rate limits, cooldowns and the last hour's activity across every
+   * scope (`GET /api/v1/rate-limits`, `/cooldowns`, `/activity`) and clear
+   * a cooldown (`DELETE /api/v1/cooldowns/{key}`). Default: none when
+   * `authorize` is set, so no caller may; without `authorize`, every
+   * caller may (the API then answers loopback names only, unless
+   * allowedHosts says otherwise).
    */
   readonly operatorScope?: string
   /**
@@ -120,6 +124,10 @@ const ALLOW = {
   pause: 'POST',
   paused: 'GET, HEAD',
   schedules: 'GET, HEAD',
+  rateLimits: 'GET, HEAD',
+  cooldowns: 'GET, HEAD',
+  cooldown: 'DELETE',
+  activity: 'GET, HEAD',
   metrics: 'GET, HEAD',
   openapi: 'GET, HEAD',
 } as const
@@ -310,7 +318,7 @@ export function createApi(options: ApiOptions): Api {
   })
   app.all('/api/v1/stats', () => notAllowed(ALLOW.stats))
 
-  /** The caller, if it may pause and resume kinds and list schedules (see operatorScope), or the refusal to answer with. */
+  /** The caller, if it may do what operators do (see operatorScope), or the refusal to answer with. */
   const operator = async (request: Request): Promise<Response | undefined> => {
     const scope = await scopeOf(request)
     if (scope instanceof Response) return scope
@@ -345,6 +353,42 @@ export function createApi(options: ApiOptions): Api {
     })
     app.all(`/api/v1/kinds/:kind/${action}`, () => notAllowed(ALLOW.pause))
   }
+
+  // Rate limits, cooldowns and activity span every scope: operators only, as pausing is.
+  app.get('/api/v1/rate-limits', async (c) => {
+    const refused = await operator(c.req.raw)
+    if (refused !== undefined) return refused
+    if (new URL(c.req.url).search !== '') return problem('invalid_argument', { detail: 'this route takes no parameters' })
+    return json(200, { rateLimits: await runner.rateLimits() })
+  })
+  app.all('/api/v1/rate-limits', () => notAllowed(ALLOW.rateLimits))
+
+  app.get('/api/v1/cooldowns', async (c) => {
+    const refused = await operator(c.req.raw)
+    if (refused !== undefined) return refused
+    if (new URL(c.req.url).search !== '') return problem('invalid_argument', { detail: 'this route takes no parameters' })
+    return json(200, { cooldowns: await runner.cooldowns() })
+  })
+  app.all('/api/v1/cooldowns', () => notAllowed(ALLOW.cooldowns))
+
+  app.delete('/api/v1/cooldowns/:key', async (c) => {
+    const refused = await operator(c.req.raw)
+    if (refused !== undefined) return refused
+    const key = cooldownKey(new URL(c.req.url).pathname)
+    if (key === undefined) return problem('invalid_key')
+    if (!(await runner.clearCooldown(key))) return problem('cooldown_not_found')
+    return new Response(null, { status: 204, headers: { 'cache-control': 'no-store' } })
+  })
+  app.all('/api/v1/cooldowns/:key', () => notAllowed(ALLOW.cooldown))
+
+  app.get('/api/v1/activity', async (c) => {
+    const refused = await operator(c.req.raw)
+    if (refused !== undefined) return refused
+    const minutes = activityMinutes(new URL(c.req.url).searchParams)
+    if (minutes instanceof Response) return minutes
+    return json(200, await runner.activity({ minutes }))
+  })
+  app.all('/api/v1/activity', () => notAllowed(ALLOW.activity))
 
   // Not under /api/v1: where Prometheus looks by default. Without metrics it answers as any unknown route.
   app.get('/metrics', async (c) => {
@@ -437,6 +481,33 @@ function listQuery(params: URLSearchParams): { status?: JobStatus; kind?: string
   const cursor = params.get('cursor')
   if (cursor !== null) query.cursor = cursor
   return query
+}
+
+/**
+ * The cooldown key a path ends with, percent-decoded here rather than by
+ * the router (which passes a malformed escape through as it is): a key
+ * job.rateLimited takes (isCooldownKey), or undefined.
+ */
+function cooldownKey(pathname: string): string | undefined {
+  let key: string
+  try {
+    key = decodeURIComponent(pathname.slice(pathname.lastIndexOf('/') + 1))
+  } catch {
+    return undefined
+  }
+  return isCooldownKey(key) ? key : undefined
+}
+
+/** The `minutes` of an activity query (1 to 1440, default 60), or the problem refusing the query. */
+function activityMinutes(params: URLSearchParams): number | Response {
+  const keys = [...params.keys()]
+  if (keys.some((key) => key !== 'minutes')) return problem('invalid_argument', { detail: 'the only parameter is minutes' })
+  if (keys.length > 1) return problem('invalid_argument', { detail: 'a parameter is repeated' })
+  const minutes = params.get('minutes')
+  if (minutes === null) return 60
+  const n = /^\d{1,4}$/.test(minutes) ? Number(minutes) : NaN
+  if (!(n >= 1 && n <= 1440)) return problem('invalid_argument', { detail: 'minutes must be an integer from 1 to 1440' })
+  return n
 }
 
 /** The {kind, payload} of an enqueue body, or the problem naming which field is wrong. */

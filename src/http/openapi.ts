@@ -23,6 +23,16 @@ const kindName = {
   description: 'A kind name, registered here or not.',
   schema: { type: 'string', minLength: 1, maxLength: 256 },
 }
+const cooldownKeyParam = {
+  name: 'key',
+  in: 'path',
+  required: true,
+  description:
+    "A cooldown's key, percent-encoded: a rate limit's bucket (a kind's name, a shared name such as `provider:models`, or `<kind>@<scope>` for a per-scope limit), or the key a handler gave `job.rateLimited`.",
+  schema: { type: 'string', minLength: 1, maxLength: 1024 },
+}
+const epochMs = (description: string) => ({ type: 'integer', description: `${description}, in epoch milliseconds.` })
+const epochMsOrNull = (description: string) => ({ type: ['integer', 'null'], description: `${description}, in epoch milliseconds.` })
 const authErrors = {
   '401': problemResponse('No valid credentials (`unauthenticated`).'),
   '403': problemResponse('The caller may not use the API (`forbidden`).'),
@@ -157,6 +167,89 @@ export const openApiDocument = {
                 status: { type: 'string', enum: [...JOB_STATUSES] },
                 count: { type: 'integer', minimum: 1 },
               },
+            },
+          },
+        },
+      },
+      Cooldown: {
+        type: 'object',
+        required: ['key', 'until'],
+        additionalProperties: false,
+        properties: {
+          key: { type: 'string', description: "The bucket it pauses: no job whose rate-limit bucket (its kind's name, without a rate limit) is this key is claimed before `until`." },
+          until: epochMs('When it ends'),
+        },
+      },
+      Cooldowns: {
+        type: 'object',
+        required: ['cooldowns'],
+        additionalProperties: false,
+        properties: { cooldowns: { type: 'array', description: 'The cooldowns in force now, by key.', items: ref('Cooldown') } },
+      },
+      RateLimitState: {
+        type: 'object',
+        required: ['key', 'kinds', 'limit', 'periodMs', 'perScope', 'used', 'resetAt', 'cooldownUntil'],
+        additionalProperties: false,
+        properties: {
+          key: { type: 'string', description: "The bucket: a kind's name, a name several kinds share, or `<kind>@*` for a kind's per-scope buckets." },
+          kinds: { type: 'array', items: { type: 'string' }, description: 'The kinds drawing on it, sorted.' },
+          limit: { type: 'integer', minimum: 1, description: 'Claims allowed per period.' },
+          periodMs: { type: 'integer', minimum: 1, description: 'The sliding window, in milliseconds.' },
+          perScope: { type: 'boolean', description: 'Whether each scope has a budget of its own.' },
+          used: { type: 'integer', minimum: 0, description: "Claims in the window now; for a per-scope limit, its busiest scope's." },
+          resetAt: epochMsOrNull('When the oldest claim in the window leaves it (null when none is in it)'),
+          scopes: {
+            type: 'array',
+            description: 'A per-scope limit only: the scopes with claims in the window.',
+            items: {
+              type: 'object',
+              required: ['scope', 'used', 'resetAt'],
+              additionalProperties: false,
+              properties: {
+                scope: { type: 'string', description: 'The scope; empty for jobs enqueued without one.' },
+                used: { type: 'integer', minimum: 0 },
+                resetAt: epochMsOrNull("When the scope's oldest claim in the window leaves it"),
+              },
+            },
+          },
+          cooldownUntil: epochMsOrNull('The end of a cooldown in force on this key, or null'),
+        },
+      },
+      RateLimits: {
+        type: 'object',
+        required: ['rateLimits'],
+        additionalProperties: false,
+        properties: { rateLimits: { type: 'array', description: 'Every rate limit of the kinds the serving runner registered.', items: ref('RateLimitState') } },
+      },
+      Activity: {
+        type: 'object',
+        required: ['since', 'minutes', 'finished', 'queued'],
+        additionalProperties: false,
+        properties: {
+          since: epochMs('The start of the window, a whole minute'),
+          minutes: { type: 'integer', minimum: 1, maximum: 1440, description: 'The length of the window.' },
+          finished: {
+            type: 'array',
+            description: 'Jobs that finished in each minute of the window, by status; a minute and status with none is left out.',
+            items: {
+              type: 'object',
+              required: ['minute', 'status', 'count'],
+              additionalProperties: false,
+              properties: {
+                minute: epochMs("The minute's start"),
+                status: { type: 'string', enum: ['succeeded', 'failed', 'cancelled'] },
+                count: { type: 'integer', minimum: 1 },
+              },
+            },
+          },
+          queued: {
+            type: 'array',
+            description: 'Jobs queued now, by kind.',
+            items: {
+              type: 'object',
+              required: ['kind', 'count'],
+              additionalProperties: false,
+              properties: { kind: { type: 'string' }, count: { type: 'integer', minimum: 0 } },
             },
           },
         },
@@ -351,6 +444,59 @@ export const openApiDocument = {
         responses: {
           '200': { description: 'The kind is not paused; `changed` is false when it was not.', content: { 'application/json': { schema: ref('KindPause') } } },
           '400': problemResponse('The kind name is empty or longer than 256 characters (`invalid_request`).'),
+          ...authErrors,
+          ...serverErrors,
+        },
+      },
+    },
+    '/api/v1/rate-limits': {
+      get: {
+        operationId: 'listRateLimits',
+        summary:
+          "Each rate limit of the serving runner's kinds: its key, the kinds drawing on it, its limit and window, the claims in the window now and when the oldest leaves it, and any cooldown in force on it. Operators only (see operatorScope).",
+        responses: {
+          '200': { description: 'The rate limits.', content: { 'application/json': { schema: ref('RateLimits') } } },
+          '400': problemResponse('A query parameter was given (`invalid_argument`): this route takes none.'),
+          ...authErrors,
+          ...serverErrors,
+        },
+      },
+    },
+    '/api/v1/cooldowns': {
+      get: {
+        operationId: 'listCooldowns',
+        summary:
+          "The cooldowns in force for every process on the database: each key no job is claimed for until its end, set by a handler's `job.rateLimited` (a provider's reset). Operators only (see operatorScope).",
+        responses: {
+          '200': { description: 'The cooldowns.', content: { 'application/json': { schema: ref('Cooldowns') } } },
+          '400': problemResponse('A query parameter was given (`invalid_argument`): this route takes none.'),
+          ...authErrors,
+          ...serverErrors,
+        },
+      },
+    },
+    '/api/v1/cooldowns/{key}': {
+      delete: {
+        operationId: 'clearCooldown',
+        summary: "Ends a key's cooldown now, for every process: its jobs may be claimed again (a job the handler sent back stays due at its own time). Operators only (see operatorScope).",
+        parameters: [cooldownKeyParam],
+        responses: {
+          '204': { description: 'The cooldown is cleared.' },
+          '400': problemResponse('The key is empty, over 1024 characters, holds a NUL, or is not validly percent-encoded (`invalid_key`).'),
+          ...authErrors,
+          '404': problemResponse('No cooldown of this key is recorded (`cooldown_not_found`).'),
+          ...serverErrors,
+        },
+      },
+    },
+    '/api/v1/activity': {
+      get: {
+        operationId: 'getActivity',
+        summary: "Jobs of every scope finished per minute by status over the last `minutes`, and jobs queued now by kind: the dashboard's chart, read from the jobs table. Operators only (see operatorScope).",
+        parameters: [{ name: 'minutes', in: 'query', description: 'How many minutes back, ending with the current one.', schema: { type: 'integer', minimum: 1, maximum: 1440, default: 60 } }],
+        responses: {
+          '200': { description: 'The activity.', content: { 'application/json': { schema: ref('Activity') } } },
+          '400': problemResponse('An unknown or repeated parameter, or minutes out of range (`invalid_argument`).'),
           ...authErrors,
           ...serverErrors,
         },

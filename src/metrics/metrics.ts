@@ -19,6 +19,7 @@ import {
 } from '../runner/channels.js'
 import { errorCode, isTransient } from '../runner/backoff.js'
 import type { Runner } from '../runner/runner.js'
+import type { RateLimitState } from '../index.js'
 
 /** Options of createMetrics. Each default is given beside its field; unknown keys are refused (ConfigError). */
 export interface MetricsOptions {
@@ -96,13 +97,20 @@ const OPERATIONS: ReadonlySet<string> = new Set(['finish', 'start', 'heartbeat',
  * - `jobtable_retries_total{kind}`, `jobtable_timeouts_total{kind}`
  * - `jobtable_database_errors_total{operation,code,transient}`: operation
  *   claim, finish, start, heartbeat, maintenance (each tried again), or
- *   queue_depth (a scrape's read)
+ *   queue_depth and rate_limits (a scrape's reads)
  * - `jobtable_job_run_duration_seconds{kind}` (handler start to end) and
  *   `jobtable_job_queue_wait_seconds{kind}` (claimable to start), by the
  *   runner's clock
  * - `jobtable_workers{state}`: busy and idle
  * - `jobtable_queue_depth{kind,status}`: queued and running per kind,
  *   scheduled across kinds (no kind label), each at most queueDepthLimit
+ * - `jobtable_rate_limit{key}` and `jobtable_rate_limit_used{key}`: each
+ *   rate limit of the runner's kinds and the claims in its window now,
+ *   a per-scope limit as `<kind>@*` (its busiest scope), never a series
+ *   per scope
+ * - `jobtable_cooldown_until_seconds{key}`: the end of each cooldown in
+ *   force (epoch seconds); a per-scope key as `<kind>@*` (the latest
+ *   end), a key that is neither a rate limit's nor a kind's as `other`
  *
  * No label or value carries a payload, a result, an error's text, a job
  * id or a scope. Unknown options are refused (ConfigError).
@@ -128,7 +136,21 @@ export function createMetrics(options: MetricsOptions): Metrics {
   if (queueDepthLimit > 0 && typeof driver.queueCounts !== 'function') {
     throw new ConfigError('createMetrics: the runner’s driver cannot count its queue (queueCounts); pass queueDepthLimit: 0')
   }
-  const names = ['jobs_enqueued_total', 'jobs_started_total', 'jobs_finished_total', 'retries_total', 'timeouts_total', 'database_errors_total', 'job_run_duration_seconds', 'job_queue_wait_seconds', 'workers', 'queue_depth']
+  const names = [
+    'jobs_enqueued_total',
+    'jobs_started_total',
+    'jobs_finished_total',
+    'retries_total',
+    'timeouts_total',
+    'database_errors_total',
+    'job_run_duration_seconds',
+    'job_queue_wait_seconds',
+    'workers',
+    'queue_depth',
+    'rate_limit',
+    'rate_limit_used',
+    'cooldown_until_seconds',
+  ]
   for (const name of names) {
     // Before any is made, so a refusal leaves the registry as it was.
     if (registry.getSingleMetric(prefix + name) !== undefined) {
@@ -182,6 +204,59 @@ export function createMetrics(options: MetricsOptions): Metrics {
     })
   }
 
+  /**
+   * The rate limits and cooldowns of the scrape under way, read once for
+   * the three gauges that report them (they collect one after another, as
+   * the registry starts them, while the read is pending). A failed read
+   * is counted once, in the same scrape.
+   */
+  let rates: Promise<RateSnapshot | undefined> | undefined
+  const rateSnapshot = (): Promise<RateSnapshot | undefined> => {
+    if (rates !== undefined) return rates
+    const read = readRates(runner).catch((err: unknown) => {
+      databaseErrors.inc({ operation: 'rate_limits', code: databaseCode(errorCode(err)), transient: String(isTransient(err)) })
+      return undefined
+    })
+    rates = read
+    void read.finally(() => {
+      if (rates === read) rates = undefined
+    })
+    return read
+  }
+  const rateLimit: Gauge = new Gauge({
+    name: `${prefix}rate_limit`,
+    help: 'The claims each rate limit allows per window, by its key (a per-scope limit as <kind>@*).',
+    labelNames: ['key'],
+    registers,
+    async collect() {
+      const snapshot = await rateSnapshot()
+      rateLimit.reset()
+      for (const state of snapshot?.limits ?? []) rateLimit.set({ key: state.key }, state.limit)
+    },
+  })
+  const rateUsed: Gauge = new Gauge({
+    name: `${prefix}rate_limit_used`,
+    help: 'The claims in each rate limit’s sliding window now, by its key (a per-scope limit as <kind>@*: its busiest scope).',
+    labelNames: ['key'],
+    registers,
+    async collect() {
+      const snapshot = await rateSnapshot()
+      rateUsed.reset()
+      for (const state of snapshot?.limits ?? []) rateUsed.set({ key: state.key }, state.used)
+    },
+  })
+  const cooldownUntil: Gauge = new Gauge({
+    name: `${prefix}cooldown_until_seconds`,
+    help: 'When each cooldown in force ends, in epoch seconds, by its key (a per-scope key as <kind>@*: the latest end; a key of no rate limit or kind as other).',
+    labelNames: ['key'],
+    registers,
+    async collect() {
+      const snapshot = await rateSnapshot()
+      cooldownUntil.reset()
+      for (const [key, until] of snapshot?.cooldowns ?? []) cooldownUntil.set({ key }, until / 1000)
+    },
+  })
+
   const enqueued = new Counter({ name: `${prefix}jobs_enqueued_total`, help: 'Jobs stored by enqueues of this runner (a transactional enqueue when made, even if its transaction rolls back).', labelNames: ['kind'], registers })
   const started = new Counter({ name: `${prefix}jobs_started_total`, help: 'Handlers started.', labelNames: ['kind'], registers })
   const finished = new Counter({
@@ -194,11 +269,12 @@ export function createMetrics(options: MetricsOptions): Metrics {
   const timeouts = new Counter({ name: `${prefix}timeouts_total`, help: 'Attempts that passed their deadline (failed or retried).', labelNames: ['kind'], registers })
   const databaseErrors = new Counter({
     name: `${prefix}database_errors_total`,
-    help: 'Failed database operations of the runner (each tried again; queue_depth: a scrape’s read), by the database’s error code.',
+    help: 'Failed database operations of the runner (each tried again; queue_depth and rate_limits: a scrape’s reads), by the database’s error code.',
     labelNames: ['operation', 'code', 'transient'],
     registers,
     async collect() {
       await reading?.catch(() => undefined)
+      await rates
     },
   })
   const runDuration = new Histogram({ name: `${prefix}job_run_duration_seconds`, help: 'From a handler’s start to its end, by the runner’s clock.', labelNames: ['kind'], buckets: [...runBuckets], registers })
@@ -329,6 +405,39 @@ export function collectProcessMetrics(registry: Registry, options: { readonly pr
     else kept.push(metric.name)
   }
   return kept
+}
+
+/** What one scrape reports of rate limits: each limit's state, and each cooldown's end (epoch ms) by its label. */
+interface RateSnapshot {
+  readonly limits: readonly RateLimitState[]
+  readonly cooldowns: ReadonlyMap<string, number>
+}
+
+/**
+ * Reads the runner's rate limits and the cooldowns in force, and gives
+ * each cooldown a label of bounded cardinality that names no scope: a
+ * rate limit's key or a kind's name as it is, a per-scope bucket
+ * (`<kind>@<scope>` of a per-scope limit) as `<kind>@*`, anything else
+ * (a key a handler chose) as `other`; several cooldowns under one label
+ * report the latest end.
+ */
+async function readRates(runner: Runner): Promise<RateSnapshot> {
+  const [limits, cooldowns] = await Promise.all([runner.rateLimits(), runner.cooldowns()])
+  const named = new Set<string>(runner.kinds().map((kind) => kind.name))
+  const perScope: string[] = []
+  for (const state of limits) {
+    if (state.perScope) perScope.push(...state.kinds)
+    else named.add(state.key)
+  }
+  // The longest kind first: its buckets' names begin with any shorter kind's that is a prefix of it.
+  perScope.sort((a, b) => b.length - a.length)
+  const labelled = new Map<string, number>()
+  for (const { key, until } of cooldowns) {
+    const kind = named.has(key) ? undefined : perScope.find((k) => key.startsWith(`${k}@`))
+    const label = named.has(key) ? key : kind !== undefined ? `${kind}@*` : OTHER
+    labelled.set(label, Math.max(labelled.get(label) ?? 0, until))
+  }
+  return { limits, cooldowns: labelled }
 }
 
 /** A database error code as a label: its own form (SQLITE_BUSY, a SQLSTATE, connection_lost), or `other`. */

@@ -18,6 +18,9 @@ import type {
   NewJob,
   InsertResult,
   ScheduleAdvance,
+  Cooldown,
+  RateUse,
+  JobActivity,
 } from '../driver.js'
 import { hasUniqueKey, sendsBack } from '../driver.js'
 import { idPrefixAfter } from '../id.js'
@@ -30,6 +33,8 @@ import { CountsCache } from '../counts-cache.js'
 import { migrateSchema } from './migrations.js'
 import { migrateMode, type MigrateMode } from '../schema-window.js'
 import { NOTIFY_CHANNEL, queries, type Queries } from './queries.js'
+import { FullBuckets } from '../rate-limit.js'
+import { claimPlan, claimRated, type ClaimedRow, type ClaimPlan, type Query } from './rated-claim.js'
 
 /**
  * What `enqueueTx` writes through: anything that runs one parameterized
@@ -192,7 +197,9 @@ export class PostgresDriver implements Driver<PgQueryable, false> {
   readonly #leaseMs: number
   readonly #prepared: boolean
   readonly #deadlines: Deadlines
-  readonly #limitsOf = new WeakMap<readonly string[], { readonly limits: ClaimParams['limits']; readonly arrays: readonly [(number | null)[], (number | null)[]] }>()
+  readonly #plans = new WeakMap<readonly string[], ClaimPlan>()
+  /** The rate buckets this driver's claims found full, and until when (see claimRated). */
+  readonly #full = new FullBuckets()
   #migrated: Promise<void> | undefined
   readonly #schemaMode: MigrateMode
   readonly #wakers = new Set<(what: WakeReason) => void>()
@@ -295,6 +302,7 @@ export class PostgresDriver implements Driver<PgQueryable, false> {
   }
 
   async jobInsertMany({ jobs, now }: { jobs: readonly NewJob[]; now: number }): Promise<InsertResult> {
+    if (hasFairJob(jobs)) return this.#transaction('insert jobs', (query) => this.#insertFair(query, jobs, now), { readCommitted: true })
     if (!hasUniqueKey(jobs)) {
       await this.#query('insert jobs', this.#q.insertJobs, insertValues(jobs, now))
       return
@@ -308,11 +316,13 @@ export class PostgresDriver implements Driver<PgQueryable, false> {
     }
     await this.migrate()
     try {
+      const query: Query = <R extends object>(text: string, values: unknown[]) => tx.query(text, values) as Promise<pg.QueryResult<R>>
+      if (hasFairJob(jobs)) return await this.#insertFair(query, jobs, now)
       if (!hasUniqueKey(jobs)) {
         await tx.query(this.#q.insertJobs, insertValues(jobs, now))
         return
       }
-      return await this.#insertUnique(<R extends object>(text: string, values: unknown[]) => tx.query(text, values) as Promise<pg.QueryResult<R>>, jobs, now)
+      return await this.#insertUnique(query, jobs, now)
     } catch (err) {
       throw toDatabaseError('insert job', err)
     }
@@ -326,12 +336,16 @@ export class PostgresDriver implements Driver<PgQueryable, false> {
    * it is seen). A holder that ended between the two frees its key: those
    * jobs are inserted again, a few times at most.
    */
-  async #insertUnique(query: <R extends object>(text: string, values: unknown[]) => Promise<pg.QueryResult<R>>, jobs: readonly NewJob[], now: number): Promise<(string | null)[]> {
+  async #insertUnique(query: Query, jobs: readonly NewJob[], now: number, fair = false): Promise<(string | null)[]> {
     const result: (string | null)[] = jobs.map(() => null)
     let pending = jobs.map((job, index) => ({ job, index }))
     for (let round = 0; round < UNIQUE_ROUNDS && pending.length > 0; round++) {
       const batch = pending.map((p) => p.job)
-      const stored = new Set((await query<{ id: string }>(this.#q.insertUniqueJobs, [...insertValues(batch, now), batch.map((j) => j.uniqueKey ?? null)])).rows.map((r) => r.id))
+      const keys = batch.map((j) => j.uniqueKey ?? null)
+      const { rows } = fair
+        ? await query<{ id: string }>(this.#q.insertFairUniqueJobs, [...insertValues(batch, now), batch.map((j) => j.fair === true), keys])
+        : await query<{ id: string }>(this.#q.insertUniqueJobs, [...insertValues(batch, now), keys])
+      const stored = new Set(rows.map((r) => r.id))
       const refused = pending.filter((p) => !stored.has(p.job.id))
       if (refused.length === 0) return result
       const holders = await query<{ id: string; ord: number }>(this.#q.uniqueHolders, [refused.map((p) => p.job.kind), refused.map((p) => p.job.scope), refused.map((p) => p.job.uniqueKey ?? null)])
@@ -349,35 +363,92 @@ export class PostgresDriver implements Driver<PgQueryable, false> {
     return result
   }
 
-  async jobClaim({ limit, runnerId, kinds, limits, now }: ClaimParams & { now: number }): Promise<ClaimedJob[]> {
-    const [caps, scopeCaps] = this.#limitArrays(kinds, limits)
-    return toClaimed((await this.#query<ClaimedRow>('claim jobs', this.#q.claimJobs, [kinds, caps, scopeCaps, limit, runnerId, now])).rows)
+  /**
+   * Inserts a batch with fair jobs in the transaction `query` runs in:
+   * locks their lanes (lockFairLanes), then inserts the batch giving each
+   * fair job its lane's next position (queries' fairInsert), unique keys
+   * as in #insertUnique. Under READ COMMITTED the insert's snapshot is
+   * taken after the locks; in a user's REPEATABLE READ transaction, a lane
+   * another transaction moved meanwhile fails the insert (40001, transient).
+   */
+  async #insertFair(query: Query, jobs: readonly NewJob[], now: number): Promise<InsertResult> {
+    const lanes = new Map<string, [string, string]>()
+    for (const j of jobs) if (j.fair === true) lanes.set(JSON.stringify([j.kind, j.scope ?? '']), [j.kind, j.scope ?? ''])
+    await query(this.#q.lockFairLanes, [[...lanes.values()].map((l) => l[0]), [...lanes.values()].map((l) => l[1])])
+    if (hasUniqueKey(jobs)) return this.#insertUnique(query, jobs, now, true)
+    await query(this.#q.insertFairJobs, [...insertValues(jobs, now), jobs.map((j) => j.fair === true)])
   }
 
-  /** Each kind's concurrency and scopeConcurrency, null for none, in the kinds' order; made once per kinds array. */
-  #limitArrays(kinds: readonly string[], limits: ClaimParams['limits']): readonly [(number | null)[], (number | null)[]] {
-    const cached = this.#limitsOf.get(kinds)
-    // Kept per kinds array while its limits are the same object: a caller passing other limits with the same array gets new arrays.
-    if (cached !== undefined && cached.limits === limits) return cached.arrays
-    const arrays = [kinds.map((k) => limits?.get(k)?.concurrency ?? null), kinds.map((k) => limits?.get(k)?.scopeConcurrency ?? null)] as const
-    this.#limitsOf.set(kinds, { limits, arrays })
-    return arrays
+  /**
+   * Claims for the runner: the kinds without a rate rule in one statement
+   * (claimJobs), as before rate limits; with rated kinds whose buckets are
+   * not known full, one READ COMMITTED transaction that claims those
+   * within their limits and then the others (see claimRated).
+   */
+  async jobClaim({ limit, runnerId, kinds, limits, now }: ClaimParams & { now: number }): Promise<ClaimedJob[]> {
+    const plan = this.#planOf(kinds, limits)
+    const open = plan.rated.length === 0 ? plan.rated : this.#full.open(plan.rated, now)
+    if (open.length > 0) {
+      return toClaimed(await this.#transaction('claim jobs', (query) => claimRated(query, this.#q, this.#full, { limit, runnerId, now, plan, open }), { readCommitted: true }))
+    }
+    if (plan.unrated[0].length === 0) return []
+    return toClaimed((await this.#query<ClaimedRow>('claim jobs', this.#q.claimJobs, [...plan.unrated, limit, runnerId, now])).rows)
+  }
+
+  /** How claims split the kinds (see ClaimPlan); made once per kinds array, while its limits are the same object. */
+  #planOf(kinds: readonly string[], limits: ClaimParams['limits']): ClaimPlan {
+    const cached = this.#plans.get(kinds)
+    if (cached !== undefined && cached.limits === limits) return cached
+    const plan = claimPlan(kinds, limits)
+    this.#plans.set(kinds, plan)
+    return plan
   }
 
   /**
    * Final writes and the next claim in one statement (see
    * queries.finishAndClaimJobs); a batch with retries or snoozes sends
    * them back in that same statement (queries.retryFinishAndClaimJobs),
-   * so it applies whole or not at all.
+   * so it applies whole or not at all. A batch with cooldowns, or a claim
+   * with rated kinds not known full, is one transaction instead: the final
+   * writes first (finishCooling records the cooldowns), then the claims,
+   * which see them.
    */
   async jobFinishManyAndClaim({ finishes, now, signal, claim }: FinishAndClaimParams): Promise<FinishAndClaimResult> {
-    const claimValues = [claim.limit, claim.runnerId, claim.kinds, ...this.#limitArrays(claim.kinds, claim.limits)]
+    const plan = this.#planOf(claim.kinds, claim.limits)
+    const open = plan.rated.length === 0 ? plan.rated : this.#full.open(plan.rated, now)
+    if (open.length > 0 || finishes.some(hasCooldown)) {
+      // The final writes (and their cooldowns) first, in a statement of their own, so the claims after them see the cooldowns.
+      return this.#transaction(
+        'finish and claim jobs',
+        async (query): Promise<FinishAndClaimResult> => {
+          const applied = await this.#finishIn(query, finishes, now)
+          if (open.length > 0) return { applied, claimed: toClaimed(await claimRated(query, this.#q, this.#full, { limit: claim.limit, runnerId: claim.runnerId, now, plan, open })) }
+          if (plan.unrated[0].length === 0) return { applied, claimed: [] }
+          return { applied, claimed: toClaimed((await query<ClaimedRow>(this.#q.claimJobs, [...plan.unrated, claim.limit, claim.runnerId, now])).rows) }
+        },
+        { signal, readCommitted: open.length > 0 },
+      )
+    }
+    const [kinds, caps, scopeCaps, fair] = plan.unrated
+    const claimValues = [claim.limit, claim.runnerId, kinds, caps, scopeCaps, fair]
     const sent = finishes.some(sendsBack)
     const rows = sent
       ? (await this.#query<ClaimedRow & { part: 'f' | 'c' }>('finish and claim jobs', this.#q.retryFinishAndClaimJobs, [...finishValues(finishes.filter((f) => !sendsBack(f)), now), ...claimValues, ...retryValues(finishes)], signal)).rows
       : (await this.#query<ClaimedRow & { part: 'f' | 'c' }>('finish and claim jobs', this.#q.finishAndClaimJobs, [...finishValues(finishes, now), ...claimValues], signal)).rows
     const changed = new Set(rows.filter((r) => r.part === 'f').map((r) => r.id))
     return { applied: finishes.map((f) => changed.has(f.id)), claimed: toClaimed(rows.filter((r) => r.part === 'c')) }
+  }
+
+  /** The final writes of jobFinishMany as one statement in the transaction `query` runs in: with cooldowns, finishCooling. */
+  async #finishIn(query: Query, finishes: readonly JobFinish[], now: number): Promise<boolean[]> {
+    if (finishes.length === 0) return []
+    const { rows } = finishes.some(hasCooldown)
+      ? await query<{ id: string }>(this.#q.finishCooling, [...finishValues(finishes.filter((f) => !sendsBack(f)), now), ...retryValues(finishes), ...cooldownValues(finishes)])
+      : finishes.some(sendsBack)
+        ? await query<{ id: string }>(this.#q.retryAndFinishJobs, [...finishValues(finishes.filter((f) => !sendsBack(f)), now), ...retryValues(finishes)])
+        : await query<{ id: string }>(this.#q.finishJobs, finishValues(finishes, now))
+    const changed = new Set(rows.map((r) => r.id))
+    return finishes.map((f) => changed.has(f.id))
   }
 
   async jobRequeueLost({ runnerId, keep, now }: { runnerId: string; keep: readonly string[]; now: number }): Promise<number> {
@@ -447,17 +518,43 @@ export class PostgresDriver implements Driver<PgQueryable, false> {
     return (await this.#query<{ kind: string; pausedAt: number }>('read paused kinds', this.#q.pausedKinds, [])).rows
   }
 
+  async cooldownList({ now }: { now: number }): Promise<Cooldown[]> {
+    // Sorted here, not by the server's collation: the same order on every backend.
+    return (await this.#query<Cooldown>('read cooldowns', this.#q.cooldowns, [now])).rows.sort((a, b) => (a.key < b.key ? -1 : a.key > b.key ? 1 : 0))
+  }
+
+  async cooldownClear({ key }: { key: string }): Promise<boolean> {
+    return (await this.#query('clear cooldown', this.#q.clearCooldown, [key, this.schema])).rows.length > 0
+  }
+
+  async rateUsage({ now, windows }: { now: number; windows: readonly { bucket: string; periodMs: number; perScope: boolean }[] }): Promise<RateUse[]> {
+    if (windows.length === 0) return []
+    const named = windows.filter((w) => !w.perScope)
+    const scoped = windows.filter((w) => w.perScope)
+    const values = [named.map((w) => w.bucket), named.map((w) => w.periodMs), scoped.map((w) => w.bucket), scoped.map((w) => w.periodMs), now]
+    return (await this.#query<RateUse>('read rate use', this.#q.rateUsage, values)).rows
+  }
+
+  async jobActivity({ since, scope }: { since: number; scope?: string | null }): Promise<JobActivity[]> {
+    return (await this.#query<JobActivity>('read job activity', this.#q.jobActivity, [since, scope === undefined, scope ?? null])).rows
+  }
+
   async scheduleAdvance({ name, tickAt, jobs, now }: { name: string; tickAt: number; jobs: readonly NewJob[]; now: number }): Promise<ScheduleAdvance> {
+    const fair = hasFairJob(jobs)
     return this.#transaction('advance schedule', async (query): Promise<ScheduleAdvance> => {
       if ((await query(this.#q.advanceSchedule, [name, tickAt, now])).rows.length === 0) return { advanced: false, stored: 0 }
       if (jobs.length === 0) return { advanced: true, stored: 0 }
+      if (fair) {
+        const holders = await this.#insertFair(query, jobs, now)
+        return { advanced: true, stored: holders === undefined ? jobs.length : holders.filter((holder) => holder === null).length }
+      }
       if (!hasUniqueKey(jobs)) {
         await query(this.#q.insertJobs, insertValues(jobs, now))
         return { advanced: true, stored: jobs.length }
       }
       // insertUnique answers null for each job it stored, a holder's id for each a live job's unique key refused.
       return { advanced: true, stored: (await this.#insertUnique(query, jobs, now)).filter((holder) => holder === null).length }
-    })
+    }, fair ? { readCommitted: true } : {})
   }
 
   async schedulesRead({ names }: { names: readonly string[] }): Promise<{ name: string; lastTickAt: number }[]> {
@@ -506,7 +603,9 @@ export class PostgresDriver implements Driver<PgQueryable, false> {
    */
   async jobFinishMany({ finishes, now, signal }: { finishes: readonly JobFinish[]; now: number; signal?: AbortSignal }): Promise<boolean[]> {
     if (finishes.length === 0) return []
-    const res = finishes.some(sendsBack)
+    const res = finishes.some(hasCooldown)
+      ? await this.#query<{ id: string }>('finish jobs', this.#q.finishCooling, [...finishValues(finishes.filter((f) => !sendsBack(f)), now), ...retryValues(finishes), ...cooldownValues(finishes)], signal)
+      : finishes.some(sendsBack)
       ? await this.#query<{ id: string }>('finish jobs', this.#q.retryAndFinishJobs, [...finishValues(finishes.filter((f) => !sendsBack(f)), now), ...retryValues(finishes)], signal)
       : await this.#query<{ id: string }>('finish jobs', this.#q.finishJobs, finishValues(finishes, now), signal)
     const changed = new Set(res.rows.map((r) => r.id))
@@ -647,12 +746,14 @@ export class PostgresDriver implements Driver<PgQueryable, false> {
 
   /**
    * Runs `fn` in a transaction on one pooled connection, every statement
-   * under one bound of statementTimeoutMs; rolls back on any failure,
-   * mapping it to DatabaseError as #query does.
+   * under one bound of statementTimeoutMs (or `signal`); rolls back on any
+   * failure, mapping it to DatabaseError as #query does. `readCommitted`
+   * begins it READ COMMITTED whatever the server's default.
    */
-  async #transaction<T>(operation: string, fn: (query: <R extends object>(text: string, values: unknown[]) => Promise<pg.QueryResult<R>>) => Promise<T>): Promise<T> {
+  async #transaction<T>(operation: string, fn: (query: Query) => Promise<T>, options: { signal?: AbortSignal; readCommitted?: boolean } = {}): Promise<T> {
     let client: pg.PoolClient | undefined
-    const deadline = this.#deadlines.start()
+    const own = options.signal === undefined ? this.#deadlines.start() : undefined
+    const deadline: AbortLike = options.signal ?? own!
     try {
       await abortable(this.migrate(), deadline)
       client = await abortable(this.#pool.connect(), deadline, (late) => late.release())
@@ -660,7 +761,8 @@ export class PostgresDriver implements Driver<PgQueryable, false> {
       const c = client
       const query = <R extends object>(text: string, values: unknown[]) =>
         abortable(c.query<R>(this.#prepared ? { name: statementName(text), text, values } : { text, values }), deadline)
-      await abortable(c.query('BEGIN'), deadline)
+      // A rated claim counts with snapshots taken after its locks, which only READ COMMITTED gives (whatever the server's default).
+      await abortable(c.query(options.readCommitted === true ? 'BEGIN ISOLATION LEVEL READ COMMITTED' : 'BEGIN'), deadline)
       const result = await fn(query)
       await abortable(c.query('COMMIT'), deadline)
       client.off('error', ignore)
@@ -675,7 +777,7 @@ export class PostgresDriver implements Driver<PgQueryable, false> {
       }
       throw toDatabaseError(this.#hinted(operation, err), err)
     } finally {
-      this.#deadlines.done(deadline)
+      if (own !== undefined) this.#deadlines.done(own)
     }
   }
 
@@ -786,23 +888,10 @@ function sendCancelRequest(client: pg.PoolClient): Promise<void> {
   })
 }
 
-/** A row of a claim's RETURNING. */
-interface ClaimedRow {
-  readonly seq: string
-  readonly id: string
-  readonly kind: string
-  readonly payload: string
-  readonly attempt: number
-  readonly maxAttempts: number
-  readonly timeoutMs: number | null
-  readonly traceContext: string | null
-  readonly readyAt: number
-}
-
 /** Claimed rows as jobs, oldest first: RETURNING gives no order. */
 function toClaimed(rows: readonly ClaimedRow[]): ClaimedJob[] {
   return rows
-    .map((r) => ({ seq: Number(r.seq), id: r.id, kind: r.kind, payload: r.payload, attempt: r.attempt, maxAttempts: r.maxAttempts, timeoutMs: r.timeoutMs, traceContext: r.traceContext, readyAt: r.readyAt }))
+    .map((r) => ({ seq: Number(r.seq), id: r.id, kind: r.kind, payload: r.payload, attempt: r.attempt, maxAttempts: r.maxAttempts, timeoutMs: r.timeoutMs, scope: r.scope, traceContext: r.traceContext, readyAt: r.readyAt }))
     .sort((a, b) => a.seq - b.seq)
     .map(({ seq: _seq, ...job }) => job)
 }
@@ -811,6 +900,22 @@ function toClaimed(rows: readonly ClaimedRow[]): ClaimedJob[] {
 function retryValues(finishes: readonly JobFinish[]): unknown[] {
   const retries = finishes.filter(sendsBack)
   return [retries.map((f) => f.id), retries.map((f) => f.attempt), retries.map((f) => f.runAt), retries.map((f) => f.result), retries.map((f) => (f.status === 'snoozed' ? 1 : 0))]
+}
+
+/** The arrays of a batch's cooldowns (finishCooling's $12-$14): the ids of the writes that carry one, their keys and ends. */
+function cooldownValues(finishes: readonly JobFinish[]): unknown[] {
+  const cooling = finishes.filter(hasCooldown)
+  return [cooling.map((f) => f.id), cooling.map((f) => f.cooldown!.key), cooling.map((f) => f.cooldown!.until)]
+}
+
+function hasCooldown(finish: JobFinish): boolean {
+  return finish.cooldown !== undefined && finish.cooldown !== null
+}
+
+/** Whether any job of a batch is of a fair kind: such a batch is inserted by the fair statements (insertFairJobs). */
+function hasFairJob(jobs: readonly NewJob[]): boolean {
+  for (const job of jobs) if (job.fair === true) return true
+  return false
 }
 
 function finishValues(finishes: readonly JobFinish[], now: number): unknown[] {

@@ -356,6 +356,186 @@ export const MIGRATIONS: readonly Migration[] = [
       ALTER TABLE ${s}.runners ADD COLUMN version text;
     `,
   },
+  {
+    version: 14,
+    // Adds tables, a nullable column, an index and a function overload, and keeps claim_jobs' 6-argument result: code of schema 12 runs on it.
+    compatibleFrom: 12,
+    sql: (s) => `
+      -- Rate limits, cooldowns and fair claims (see the SQLite migration of
+      -- the same number). The claims each rate bucket recorded, a sliding
+      -- window: a rated claim counts the rows after now - periodMs.
+      -- bucket in the "C" collation, so a kind's per-scope buckets
+      -- (<kind>@<scope>) are one range of the index.
+      CREATE TABLE ${s}.rate_starts (bucket text COLLATE "C" NOT NULL, at bigint NOT NULL);
+      CREATE INDEX rate_starts_bucket ON ${s}.rate_starts (bucket, at);
+      -- No claim takes a job of a bucket before its cooldown's until.
+      CREATE TABLE ${s}.cooldowns (key text PRIMARY KEY, until bigint NOT NULL, set_at bigint NOT NULL);
+      -- Each fair kind's lane per scope ('' for unscoped jobs): the position
+      -- its next job takes, and its last job (the lane is idle once that job
+      -- is no longer queued). An insert locks its lanes' rows, so inserts
+      -- into one lane are serialized.
+      CREATE TABLE ${s}.fair_lanes (kind text NOT NULL, scope text NOT NULL, next_pos bigint NOT NULL, last_seq bigint NOT NULL, PRIMARY KEY (kind, scope));
+      ALTER TABLE ${s}.jobs ADD COLUMN fair_pos bigint;
+      -- Only queued fair jobs: empty when this migration runs. IF NOT EXISTS,
+      -- as for jobs_terminal: an operator may build it first CONCURRENTLY.
+      CREATE INDEX IF NOT EXISTS jobs_fair ON ${s}.jobs (kind, priority DESC, fair_pos, seq) WHERE status = 'queued' AND fair_pos IS NOT NULL;
+      -- The claim with fair kinds (p_fair, true for a fair kind; NULL for
+      -- none), also returning each job's scope. Migration 12's claim_jobs,
+      -- and besides: a kind with a cooldown in force on its name gives no
+      -- job; a fair kind's head is taken in the order priority DESC,
+      -- fair_pos NULLS FIRST, seq. A fair kind reads its positioned jobs
+      -- from jobs_fair (locked SKIP LOCKED, as a free kind's head) and its
+      -- jobs without a position among the first of its queue by age (those
+      -- enqueued before it was fair, which are older than its positioned
+      -- ones); a scope-capped fair kind ranks the same two reads within each
+      -- scope, twenty jobs read per job it may take (a thousand at most: its
+      -- order cycles through the scopes, where age order needs the thousand
+      -- the scoped claim of migration 10 reads). Across kinds the heads merge by priority, then age: the i-th
+      -- head of a fair kind in its order sorts as the i-th oldest of the
+      -- jobs read for it, so a fair kind competes with others by the age of
+      -- its queue while choosing among its scopes in turn.
+      CREATE FUNCTION ${s}.claim_jobs(p_kinds text[], p_caps integer[], p_scope_caps integer[], p_fair boolean[], p_limit integer, p_runner text, p_now bigint)
+        RETURNS TABLE (c_seq bigint, c_id text, c_kind text, c_payload text, c_attempt integer, c_max_attempts integer, c_timeout_ms integer, c_trace_context text,
+                       c_ready_at bigint, c_scope text)
+        LANGUAGE plpgsql VOLATILE SET plan_cache_mode = force_generic_plan SET enable_seqscan = off AS $fn$
+      DECLARE
+        k text;
+      BEGIN
+        FOR k IN SELECT DISTINCT u.kind FROM unnest(p_kinds, p_caps, p_scope_caps) AS u(kind, cap, scope_cap)
+                  WHERE u.cap IS NOT NULL OR u.scope_cap IS NOT NULL ORDER BY u.kind LOOP
+          IF current_setting('transaction_isolation') <> 'read committed' THEN
+            RAISE EXCEPTION 'jobtable: a claim with concurrency limits needs READ COMMITTED, not %', current_setting('transaction_isolation')
+              USING ERRCODE = '55000';
+          END IF;
+          PERFORM pg_advisory_xact_lock(hashtext('jobtable:limit:${s}'), hashtext(k));
+        END LOOP;
+        RETURN QUERY
+        WITH u AS (
+          SELECT u.kind, u.cap, u.scope_cap, coalesce(u.fair, false) AS fair
+            FROM unnest(p_kinds, p_caps, p_scope_caps, p_fair) AS u(kind, cap, scope_cap, fair)
+           WHERE u.kind IS NOT NULL
+             AND NOT EXISTS (SELECT 1 FROM ${s}.paused_kinds p WHERE p.kind = u.kind)
+             AND NOT EXISTS (SELECT 1 FROM ${s}.cooldowns c WHERE c.key = u.kind AND c.until > p_now)
+        ), busy AS (
+          SELECT r.kind, r.scope, count(*) AS n FROM ${s}.jobs r
+           WHERE r.status = 'running' AND r.kind IN (SELECT u.kind FROM u WHERE u.cap IS NOT NULL OR u.scope_cap IS NOT NULL)
+           GROUP BY r.kind, r.scope
+        ), room AS (
+          SELECT u.kind, u.scope_cap, u.fair,
+                 greatest(0, least(p_limit, coalesce(u.cap - (SELECT coalesce(sum(b.n), 0) FROM busy b WHERE b.kind = u.kind), p_limit)))::bigint AS take
+            FROM u WHERE u.cap IS NOT NULL OR u.scope_cap IS NOT NULL
+        ), free_heads AS (
+          SELECT h.seq, h.priority, h.seq AS age FROM u
+           CROSS JOIN LATERAL (
+             SELECT q.seq, q.priority FROM ${s}.jobs q WHERE q.status = 'queued' AND q.kind = u.kind
+              ORDER BY q.priority DESC, q.seq LIMIT p_limit FOR UPDATE SKIP LOCKED) h
+           WHERE u.cap IS NULL AND u.scope_cap IS NULL AND NOT u.fair
+        ), capped_heads AS (
+          SELECT h.seq, h.priority, h.seq AS age FROM room
+           CROSS JOIN LATERAL (
+             SELECT q.seq, q.priority FROM ${s}.jobs q WHERE q.status = 'queued' AND q.kind = room.kind
+              ORDER BY q.priority DESC, q.seq LIMIT room.take FOR UPDATE SKIP LOCKED) h
+           WHERE room.scope_cap IS NULL AND NOT room.fair
+        ), scoped_heads AS (
+          SELECT h.seq, h.priority, h.seq AS age FROM room
+           CROSS JOIN LATERAL (
+             SELECT ranked.seq, ranked.priority FROM (
+               SELECT w.seq, w.priority, w.busy,
+                      ROW_NUMBER() OVER (PARTITION BY w.scope ORDER BY w.priority DESC, w.seq) AS rank
+                 FROM (SELECT q.seq, q.priority, q.scope,
+                              coalesce((SELECT b.n FROM busy b WHERE b.kind = room.kind AND b.scope IS NOT DISTINCT FROM q.scope), 0) AS busy
+                         FROM ${s}.jobs q
+                        WHERE q.status = 'queued' AND q.kind = room.kind
+                          AND coalesce((SELECT b.n FROM busy b WHERE b.kind = room.kind AND b.scope IS NOT DISTINCT FROM q.scope), 0) < room.scope_cap
+                        ORDER BY q.priority DESC, q.seq LIMIT 1000) w) ranked
+              WHERE ranked.rank + ranked.busy <= room.scope_cap
+              ORDER BY ranked.priority DESC, ranked.seq LIMIT room.take) h
+           WHERE room.scope_cap IS NOT NULL AND NOT room.fair
+        ), fair_heads AS (
+          SELECT t.seq, t.priority, r.ages[t.i::int] AS age, t.locked FROM (
+            SELECT u.kind, coalesce((SELECT room.take FROM room WHERE room.kind = u.kind), p_limit) AS take FROM u
+             WHERE u.fair AND u.scope_cap IS NULL) f
+           CROSS JOIN LATERAL (
+             SELECT array_agg(x.seq ORDER BY x.priority DESC, x.seq) AS ages,
+                    array_agg(x.seq ORDER BY x.priority DESC, x.fair_pos NULLS FIRST, x.seq) FILTER (WHERE x.locked OR x.fair_pos IS NULL) AS seqs,
+                    array_agg(x.priority ORDER BY x.priority DESC, x.fair_pos NULLS FIRST, x.seq) FILTER (WHERE x.locked OR x.fair_pos IS NULL) AS priorities,
+                    array_agg(x.locked ORDER BY x.priority DESC, x.fair_pos NULLS FIRST, x.seq) FILTER (WHERE x.locked OR x.fair_pos IS NULL) AS locks
+               FROM (SELECT DISTINCT ON (y.seq) y.seq, y.priority, y.fair_pos, y.locked FROM (
+                       SELECT * FROM (
+                         SELECT q.seq, q.priority, q.fair_pos, true AS locked FROM ${s}.jobs q
+                          WHERE q.status = 'queued' AND q.kind = f.kind AND q.fair_pos IS NOT NULL
+                          ORDER BY q.priority DESC, q.fair_pos, q.seq LIMIT f.take FOR UPDATE SKIP LOCKED) positioned
+                       UNION ALL
+                       (SELECT q.seq, q.priority, q.fair_pos, false FROM ${s}.jobs q
+                         WHERE q.status = 'queued' AND q.kind = f.kind
+                         ORDER BY q.priority DESC, q.seq LIMIT f.take)) y
+                     ORDER BY y.seq, y.locked DESC) x) r
+           CROSS JOIN LATERAL unnest(r.seqs, r.priorities, r.locks) WITH ORDINALITY AS t(seq, priority, locked, i)
+           WHERE t.i <= f.take
+        ), scoped_fair_heads AS (
+          SELECT t.seq, t.priority, r.ages[t.i::int] AS age FROM room
+           CROSS JOIN LATERAL (
+             SELECT array_agg(w.seq ORDER BY w.priority DESC, w.seq) AS ages,
+                    array_agg(w.seq ORDER BY w.priority DESC, w.fair_pos NULLS FIRST, w.seq) FILTER (WHERE w.kept) AS seqs,
+                    array_agg(w.priority ORDER BY w.priority DESC, w.fair_pos NULLS FIRST, w.seq) FILTER (WHERE w.kept) AS priorities
+               FROM (SELECT x.seq, x.priority, x.fair_pos,
+                            x.takeable AND ROW_NUMBER() OVER (PARTITION BY x.scope, x.takeable ORDER BY x.priority DESC, x.fair_pos NULLS FIRST, x.seq) + x.busy <= room.scope_cap AS kept
+                       FROM (SELECT DISTINCT ON (y.seq) y.seq, y.priority, y.fair_pos, y.scope, y.busy, y.head OR y.fair_pos IS NULL AS takeable FROM (
+                               (SELECT q.seq, q.priority, q.fair_pos, q.scope, true AS head,
+                                       coalesce((SELECT b.n FROM busy b WHERE b.kind = room.kind AND b.scope IS NOT DISTINCT FROM q.scope), 0) AS busy
+                                  FROM ${s}.jobs q
+                                 WHERE q.status = 'queued' AND q.kind = room.kind AND q.fair_pos IS NOT NULL
+                                   AND coalesce((SELECT b.n FROM busy b WHERE b.kind = room.kind AND b.scope IS NOT DISTINCT FROM q.scope), 0) < room.scope_cap
+                                 ORDER BY q.priority DESC, q.fair_pos, q.seq LIMIT least(1000, room.take * 20))
+                               UNION ALL
+                               (SELECT q.seq, q.priority, q.fair_pos, q.scope, false,
+                                       coalesce((SELECT b.n FROM busy b WHERE b.kind = room.kind AND b.scope IS NOT DISTINCT FROM q.scope), 0)
+                                  FROM ${s}.jobs q
+                                 WHERE q.status = 'queued' AND q.kind = room.kind
+                                   AND coalesce((SELECT b.n FROM busy b WHERE b.kind = room.kind AND b.scope IS NOT DISTINCT FROM q.scope), 0) < room.scope_cap
+                                 ORDER BY q.priority DESC, q.seq LIMIT least(1000, room.take * 20))) y
+                             ORDER BY y.seq, y.head DESC) x) w) r
+           CROSS JOIN LATERAL unnest(r.seqs, r.priorities) WITH ORDINALITY AS t(seq, priority, i)
+           WHERE room.scope_cap IS NOT NULL AND room.fair AND t.i <= room.take
+        ), unlocked AS (
+          SELECT seq, priority, age FROM scoped_heads
+          UNION ALL SELECT seq, priority, age FROM scoped_fair_heads
+          UNION ALL SELECT seq, priority, age FROM fair_heads WHERE NOT locked
+        ), late_locked AS (
+          SELECT c.seq, c.priority, c.age FROM unlocked c
+           CROSS JOIN LATERAL (
+             SELECT q.seq FROM ${s}.jobs q WHERE q.seq = c.seq AND q.status = 'queued' FOR UPDATE SKIP LOCKED) l
+        ), next AS (
+          SELECT seq FROM (
+            SELECT seq, priority, age FROM free_heads
+            UNION ALL SELECT seq, priority, age FROM capped_heads
+            UNION ALL SELECT seq, priority, age FROM fair_heads WHERE locked
+            UNION ALL SELECT seq, priority, age FROM late_locked) heads
+           ORDER BY priority DESC, age, seq LIMIT p_limit
+        ), claimed AS (
+          UPDATE ${s}.jobs AS j
+             SET status = 'running', attempt = j.attempt + 1, runner_id = p_runner, started_at = greatest(p_now, j.run_at), updated_at = p_now
+           WHERE j.seq = ANY (ARRAY(SELECT seq FROM next))
+          RETURNING j.seq, j.id, j.kind, j.payload, j.attempt, j.max_attempts, j.timeout_ms, j.trace_context, greatest(j.created_at, j.run_at), j.scope
+        )
+        SELECT * FROM claimed;
+      END
+      $fn$;
+      -- Migration 12's claim, same arguments and result (a runner of an
+      -- earlier version still calls it, on a statement it prepared): now the
+      -- claim above without fair kinds, so it honours cooldowns too.
+      CREATE OR REPLACE FUNCTION ${s}.claim_jobs(p_kinds text[], p_caps integer[], p_scope_caps integer[], p_limit integer, p_runner text, p_now bigint)
+        RETURNS TABLE (c_seq bigint, c_id text, c_kind text, c_payload text, c_attempt integer, c_max_attempts integer, c_timeout_ms integer, c_trace_context text,
+                       c_ready_at bigint)
+        LANGUAGE plpgsql VOLATILE SET plan_cache_mode = force_generic_plan SET enable_seqscan = off AS $fn$
+      BEGIN
+        RETURN QUERY
+        SELECT c.c_seq, c.c_id, c.c_kind, c.c_payload, c.c_attempt, c.c_max_attempts, c.c_timeout_ms, c.c_trace_context, c.c_ready_at
+          FROM ${s}.claim_jobs(p_kinds, p_caps, p_scope_caps, NULL::boolean[], p_limit, p_runner, p_now) AS c;
+      END
+      $fn$;
+    `,
+  },
 ]
 
 /** The schema version this jobtable writes. */

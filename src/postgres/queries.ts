@@ -75,6 +75,115 @@ function retriedPart(s: string, first: number, now: string): string {
         RETURNING j.id`
 }
 
+/**
+ * insertJobs (or insertUniqueJobs, with `unique`) for a batch with fair
+ * jobs ($12, true for a job of a fair kind; its unique keys then $13),
+ * run after lockFairLanes has locked their lanes in this transaction, so
+ * its snapshot sees what the lane's last insert committed. Each fair job
+ * takes the next position of its lane (kind, scope; '' for unscoped):
+ * `vnow` is the position of the head of the kind's fair queue at the
+ * job's priority (jobs_fair; 0 when none is queued: positions are only
+ * compared within a priority, so a job of a higher one does not move a
+ * newcomer behind its own scope's backlog); a lane whose last job is
+ * still queued goes on from its next_pos, never behind vnow, and an idle
+ * one starts at vnow. A later job of the lane in the batch takes the
+ * position after the one before it, never behind its own vnow: position
+ * k (from 1) is k + the running max of (start - rank). The lane row is
+ * moved past the last. Under `unique`, a job whose key a committed live
+ * job or an earlier job of the batch holds is left out before positions
+ * are given, so it takes none (one refused by a transaction still in
+ * flight leaves a gap of one).
+ */
+function fairInsert(s: string, unique: boolean): string {
+  const kept = unique
+    ? `, kept AS (
+        SELECT t.* FROM t
+         WHERE t.unique_key IS NULL
+            OR (NOT EXISTS (SELECT 1 FROM ${s}.jobs j
+                             WHERE j.kind = t.kind AND coalesce(j.scope, '') = t.lane AND j.unique_key = t.unique_key
+                               AND j.status IN ('scheduled', 'queued', 'running'))
+                AND NOT EXISTS (SELECT 1 FROM t e WHERE e.kind = t.kind AND e.lane = t.lane AND e.unique_key = t.unique_key AND e.ord < t.ord))`
+    : `, kept AS (SELECT * FROM t`
+  return `
+      WITH t AS (
+        SELECT t.*, coalesce(t.scope, '') AS lane
+          FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $6::int[], $7::bigint[], $8::int[], $9::int[], $10::boolean[], $11::text[], $12::boolean[]${unique ? ', $13::text[]' : ''})
+               WITH ORDINALITY AS t(id, kind, payload, scope, priority, run_at, max_attempts, timeout_ms, requeue, trace_context, fair${unique ? ', unique_key' : ''}, ord)
+      )${kept}
+      ), lanes AS (
+        SELECT l.kind, l.scope, l.next_pos, EXISTS (SELECT 1 FROM ${s}.jobs j WHERE j.seq = l.last_seq AND j.status = 'queued') AS busy
+          FROM ${s}.fair_lanes l
+         WHERE (l.kind, l.scope) IN (SELECT kind, lane FROM kept WHERE fair)
+      ), heads AS (
+        SELECT h.kind, h.priority,
+               coalesce((SELECT q.fair_pos FROM ${s}.jobs q
+                          WHERE q.status = 'queued' AND q.kind = h.kind AND q.priority = h.priority AND q.fair_pos IS NOT NULL
+                          ORDER BY q.fair_pos, q.seq LIMIT 1), 0) AS vnow
+          FROM (SELECT DISTINCT kind, priority FROM kept WHERE fair) h
+      ), ranked AS (
+        SELECT k.ord, k.kind, k.lane, hd.vnow, ln.busy, ln.next_pos, row_number() OVER (PARTITION BY k.kind, k.lane ORDER BY k.ord) AS rank
+          FROM kept k
+          JOIN heads hd ON hd.kind = k.kind AND hd.priority = k.priority
+          JOIN lanes ln ON ln.kind = k.kind AND ln.scope = k.lane
+         WHERE k.fair
+      ), placed AS (
+        SELECT r.ord, r.rank + max(CASE WHEN r.rank = 1 AND r.busy THEN greatest(r.next_pos, r.vnow) ELSE r.vnow END - r.rank)
+                                 OVER (PARTITION BY r.kind, r.lane ORDER BY r.ord ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS pos
+          FROM ranked r
+      ), stored AS (
+        INSERT INTO ${s}.jobs (id, kind, payload, scope, created_at, updated_at, priority, run_at, status,
+                               max_attempts, timeout_ms, requeue_interrupted, trace_context${unique ? ', unique_key' : ''}, fair_pos)
+        SELECT t.id, t.kind, t.payload, t.scope, $5, $5, t.priority, t.run_at,
+               CASE WHEN t.run_at > ${dueNow('$5')} THEN 'scheduled' ELSE 'queued' END,
+               t.max_attempts, t.timeout_ms, t.requeue, t.trace_context${unique ? ', t.unique_key' : ''}, p.pos
+          FROM kept t LEFT JOIN placed p ON p.ord = t.ord
+         ORDER BY t.ord
+        ${unique ? 'ON CONFLICT DO NOTHING' : ''}
+        RETURNING id, seq, kind, coalesce(scope, '') AS lane, fair_pos
+      ), moved AS (
+        UPDATE ${s}.fair_lanes l SET next_pos = m.pos + 1, last_seq = m.seq
+          FROM (SELECT DISTINCT ON (kind, lane) kind, lane, fair_pos AS pos, seq FROM stored WHERE fair_pos IS NOT NULL ORDER BY kind, lane, seq DESC) m
+         WHERE l.kind = m.kind AND l.scope = m.lane
+      )
+      SELECT id FROM stored`
+}
+
+/**
+ * A rated kind with a rule per scope (a per-scope rate, scopeConcurrency)
+ * reads at most SCOPED_READ of its queued jobs in each order, and ranks
+ * within their scopes the first of those whose scope has room: twenty per
+ * job it may take, SCOPED_WINDOW at most. A backlog of scopes out of room
+ * thus costs a claim a bounded read (about 25 ms for two reads of 5,000
+ * here) rather than a read of the whole queue while their windows last;
+ * scopes past it are reached once those are out of room (they are then
+ * skipped) or have room again. A fair kind's order puts every scope's
+ * next job near its head.
+ */
+const SCOPED_READ = 5_000
+const SCOPED_WINDOW = 1_000
+
+/** No bound: what a job's scope room is when no rule bounds it. */
+const UNBOUNDED = '2147483647'
+
+/**
+ * How many more jobs of the rated kind `k` the scope of job `q` may start
+ * in this claim (see ratedCandidates): its scopeConcurrency less its
+ * running jobs, and for a per-scope rate its bucket's room (limit less its
+ * claims in the window, none while it cools down). Looked up in arrays `k`
+ * holds, by scope ('' for none: a scope is never ''), rather than in the
+ * CTEs: a lookup per job of a window of a thousand, in C.
+ */
+function scopeRoom(): string {
+  return `CASE WHEN k.scoped THEN least(
+            coalesce(k.scope_cap - coalesce(k.busy[array_position(k.busy_scopes, coalesce(q.scope, ''))], 0), ${UNBOUNDED}),
+            CASE WHEN k.per_scope THEN coalesce(k.rooms[array_position(k.room_scopes, coalesce(q.scope, ''))], k.rate) ELSE ${UNBOUNDED} END)
+          ELSE ${UNBOUNDED} END`
+}
+
+/** A rated claim's write, the claimed rows' columns as claimJobs names them. */
+const CLAIMED_COLUMNS = `c.seq, c.id, c.kind, c.payload, c.attempt, c.max_attempts AS "maxAttempts", c.timeout_ms AS "timeoutMs", c.trace_context AS "traceContext",
+             c.ready_at::float8 AS "readyAt", c.scope`
+
 /** Builds the statements for the quoted schema `s`. */
 export function queries(s: string) {
   return {
@@ -111,6 +220,229 @@ export function queries(s: string) {
       ON CONFLICT DO NOTHING
       RETURNING id`,
 
+    /**
+     * Locks the fair lanes ($1 kinds, $2 scopes, '' for unscoped) an
+     * insert of fair jobs writes, made when missing, in one order for
+     * every process (two batches never wait for each other in a cycle):
+     * held to the end of the transaction, so inserts into one lane are
+     * serialized. The update never applies; ON CONFLICT DO UPDATE locks the
+     * row all the same.
+     */
+    lockFairLanes: `
+      INSERT INTO ${s}.fair_lanes AS l (kind, scope, next_pos, last_seq)
+      SELECT t.kind, t.scope, 0, 0 FROM unnest($1::text[], $2::text[]) AS t(kind, scope) ORDER BY t.kind, t.scope
+      ON CONFLICT (kind, scope) DO UPDATE SET next_pos = l.next_pos WHERE false`,
+
+    /** insertJobs for a batch with fair jobs (see fairInsert). */
+    insertFairJobs: fairInsert(s, false),
+
+    /** insertUniqueJobs for a batch with fair jobs (see fairInsert); returns the ids stored. */
+    insertFairUniqueJobs: fairInsert(s, true),
+
+    /**
+     * retryAndFinishJobs ($1-$11) for a batch with cooldowns ($12 the ids
+     * of the jobs that carry one, $13 their keys, $14 their ends): each is
+     * recorded when its job's write applied, whatever status that left it
+     * in, extending a cooldown already recorded for the key, never
+     * shortening it. A claim of the same transaction that must see them
+     * runs as a statement after this one (a data-modifying CTE is not
+     * visible to the rest of its own statement).
+     */
+    finishCooling: `
+      WITH retried AS (${retriedPart(s, 7, '$6')}
+      ), finished AS (${finishedPart(s)}
+      ), applied AS (SELECT id FROM retried UNION ALL SELECT id FROM finished
+      ), cooled AS (
+        INSERT INTO ${s}.cooldowns AS c (key, until, set_at)
+        SELECT o.key, max(o.until), $6 FROM unnest($12::text[], $13::text[], $14::bigint[]) AS o(id, key, until)
+         WHERE o.id IN (SELECT id FROM applied) GROUP BY o.key
+        ON CONFLICT (key) DO UPDATE SET until = greatest(c.until, excluded.until),
+                                        set_at = CASE WHEN excluded.until > c.until THEN excluded.set_at ELSE c.set_at END
+      )
+      SELECT id FROM applied`,
+
+    /**
+     * The first statement of a rated claim's transaction: the advisory
+     * locks of its rate buckets ($1, bucketLocks' names in their order, in
+     * a namespace of their own), then those of its rated kinds with a
+     * concurrency limit ($2) as claim_jobs takes them (its namespace, the
+     * kinds sorted by the server). Two rated claims of a bucket are thus
+     * serialized across every process, and the statements after these see
+     * every claim committed before them.
+     */
+    lockRated: `
+      SELECT pg_advisory_xact_lock(hashtext('jobtable:rate:${s}'), hashtext(n.name))::text FROM unnest($1::text[]) AS n(name)
+      UNION ALL
+      SELECT pg_advisory_xact_lock(hashtext('jobtable:limit:${s}'), hashtext(k.kind))::text
+        FROM (SELECT DISTINCT u.kind FROM unnest($2::text[]) AS u(kind) ORDER BY u.kind) k`,
+
+    /**
+     * What a rated claim reads, after its locks, in one snapshot: its rated
+     * kinds ($1) with their concurrency ($2), scopeConcurrency ($3), fair
+     * flag ($4), bucket ($5, null for one per scope), rate limit ($6) and
+     * period ($7), up to $8 jobs at $9. Rows tagged 'u': a bucket's claims
+     * in its window (used) and the earliest (oldest), for each named bucket
+     * with any and each per-scope bucket (<kind>@<scope>) with any; 'k': a
+     * bucket cooling down; 'j': a candidate (seq, kind, scope, priority,
+     * age), at most the kind's room of each kind in its own order (fair, or
+     * by age): a paused kind, a kind whose bucket cools down or is spent,
+     * and the scopes at their scopeConcurrency or out of room in their own
+     * bucket give none. Age is the sort key across kinds (see claim_jobs'
+     * fair heads): a job's seq, or for a fair kind the i-th oldest of the
+     * jobs read for it. Nothing is locked: rated claims of a bucket are
+     * serialized by its lock, and the write's guard (status = 'queued')
+     * stops a job another claim took meanwhile.
+     */
+    ratedCandidates: `
+      WITH u AS (
+        SELECT u.kind, u.cap, u.scope_cap, coalesce(u.fair, false) AS fair, u.bucket, u.rate, u.period
+          FROM unnest($1::text[], $2::integer[], $3::integer[], $4::boolean[], $5::text[], $6::integer[], $7::bigint[])
+               AS u(kind, cap, scope_cap, fair, bucket, rate, period)
+         WHERE NOT EXISTS (SELECT 1 FROM ${s}.paused_kinds p WHERE p.kind = u.kind)
+      ), named AS (
+        SELECT b.bucket, b.rate, w.used, w.oldest, EXISTS (SELECT 1 FROM ${s}.cooldowns c WHERE c.key = b.bucket AND c.until > $9::bigint) AS cooling
+          FROM (SELECT DISTINCT u.bucket, u.rate, u.period FROM u WHERE u.bucket IS NOT NULL) b
+         CROSS JOIN LATERAL (
+           SELECT count(*) AS used, min(r.at) AS oldest FROM ${s}.rate_starts r
+            WHERE r.bucket = b.bucket COLLATE "C" AND r.at > $9::bigint - b.period) w
+      ), scoped_use AS (
+        SELECT u.kind, r.bucket, count(*) AS used, min(r.at) AS oldest FROM u
+          JOIN ${s}.rate_starts r
+            ON r.bucket >= (u.kind || '@') COLLATE "C" AND r.bucket < (u.kind || 'A') COLLATE "C" AND r.at > $9::bigint - u.period
+         WHERE u.bucket IS NULL
+         GROUP BY u.kind, r.bucket
+      ), scoped_cooling AS (
+        SELECT u.kind, c.key FROM u JOIN ${s}.cooldowns c ON starts_with(c.key, u.kind || '@') AND c.until > $9::bigint
+         WHERE u.bucket IS NULL
+      ), scope_room AS (
+        SELECT x.kind, substr(x.bucket, length(x.kind) + 2) AS scope, min(x.room) AS room FROM (
+          SELECT su.kind, su.bucket::text AS bucket, greatest(0, u.rate - su.used) AS room FROM scoped_use su JOIN u ON u.kind = su.kind
+          UNION ALL
+          SELECT sc.kind, sc.key, 0 FROM scoped_cooling sc) x
+         GROUP BY x.kind, x.bucket
+      ), busy AS (
+        SELECT r.kind, r.scope, count(*) AS n FROM ${s}.jobs r
+         WHERE r.status = 'running' AND r.kind IN (SELECT u.kind FROM u WHERE u.cap IS NOT NULL OR u.scope_cap IS NOT NULL)
+         GROUP BY r.kind, r.scope
+      ), k AS (
+        SELECT u.kind, u.fair, u.scope_cap, u.rate, u.bucket IS NULL AS per_scope, (u.bucket IS NULL OR u.scope_cap IS NOT NULL) AS scoped,
+               greatest(0, least($8::integer,
+                                 coalesce(u.cap - (SELECT coalesce(sum(b.n), 0) FROM busy b WHERE b.kind = u.kind), $8::integer),
+                                 coalesce(n.rate - n.used, $8::integer)))::bigint AS take,
+               rs.scopes AS room_scopes, rs.rooms, bs.scopes AS busy_scopes, bs.busy
+          FROM u LEFT JOIN named n ON n.bucket = u.bucket
+         CROSS JOIN LATERAL (SELECT array_agg(sr.scope) AS scopes, array_agg(sr.room) AS rooms FROM scope_room sr WHERE sr.kind = u.kind) rs
+         CROSS JOIN LATERAL (SELECT array_agg(coalesce(b.scope, '')) AS scopes, array_agg(b.n) AS busy FROM busy b WHERE b.kind = u.kind) bs
+         WHERE NOT coalesce(n.cooling, false)
+      ), cand AS (
+        SELECT k.kind, t.seq, t.scope, t.priority, r.ages[t.i::int] AS age FROM k
+         CROSS JOIN LATERAL (
+           SELECT array_agg(w.seq ORDER BY w.priority DESC, w.seq) AS ages,
+                  array_agg(w.seq ORDER BY w.priority DESC, w.fp NULLS FIRST, w.seq) FILTER (WHERE w.kept) AS seqs,
+                  array_agg(w.scope ORDER BY w.priority DESC, w.fp NULLS FIRST, w.seq) FILTER (WHERE w.kept) AS scopes,
+                  array_agg(w.priority ORDER BY w.priority DESC, w.fp NULLS FIRST, w.seq) FILTER (WHERE w.kept) AS priorities
+             FROM (SELECT x.seq, x.priority, x.fp, x.scope,
+                          x.takeable AND ROW_NUMBER() OVER (PARTITION BY x.scope, x.takeable ORDER BY x.priority DESC, x.fp NULLS FIRST, x.seq) <= x.room AS kept
+                     FROM (SELECT DISTINCT ON (y.seq) y.seq, y.priority, y.fp, y.scope, y.room, y.head OR y.fp IS NULL AS takeable FROM (
+                             (SELECT * FROM (
+                                SELECT q.seq, q.priority, q.fair_pos AS fp, q.scope, true AS head, ${scopeRoom()} AS room FROM ${s}.jobs q
+                                 WHERE k.fair AND q.status = 'queued' AND q.kind = k.kind AND q.fair_pos IS NOT NULL
+                                 ORDER BY q.priority DESC, q.fair_pos, q.seq LIMIT CASE WHEN k.scoped THEN ${SCOPED_READ} ELSE k.take END) a
+                               WHERE a.room > 0 LIMIT least(${SCOPED_WINDOW}, k.take * 20))
+                             UNION ALL
+                             (SELECT * FROM (
+                                SELECT q.seq, q.priority, CASE WHEN k.fair THEN q.fair_pos END AS fp, q.scope, NOT k.fair AS head, ${scopeRoom()} AS room FROM ${s}.jobs q
+                                 WHERE q.status = 'queued' AND q.kind = k.kind
+                                 ORDER BY q.priority DESC, q.seq LIMIT CASE WHEN k.scoped THEN ${SCOPED_READ} ELSE k.take END) a
+                               WHERE a.room > 0 LIMIT least(${SCOPED_WINDOW}, k.take * 20))) y
+                           ORDER BY y.seq, y.head DESC) x) w) r
+         CROSS JOIN LATERAL unnest(r.seqs, r.scopes, r.priorities) WITH ORDINALITY AS t(seq, scope, priority, i)
+         WHERE t.i <= k.take
+      )
+      SELECT 'u' AS part, bucket::text AS bucket, used::float8 AS used, oldest::float8 AS oldest,
+             NULL::text AS seq, NULL::text AS kind, NULL::text AS scope, NULL::integer AS priority, NULL::float8 AS age FROM named WHERE used > 0
+      UNION ALL SELECT 'u', bucket::text, used::float8, oldest::float8, NULL, NULL, NULL, NULL, NULL FROM scoped_use
+      UNION ALL SELECT 'k', bucket::text, NULL, NULL, NULL, NULL, NULL, NULL, NULL FROM named WHERE cooling
+      UNION ALL SELECT 'k', key, NULL, NULL, NULL, NULL, NULL, NULL, NULL FROM scoped_cooling
+      UNION ALL SELECT 'j', NULL, NULL, NULL, seq::text, kind, scope, priority, age::float8 FROM cand`,
+
+    /**
+     * A rated claim's write, its last statement: marks the picks ($1 seqs,
+     * $2 their buckets) running for runner $3 at $4 as claim_jobs does
+     * (each only while still queued), records one claim per job marked in
+     * its bucket, forgets the claims older than the ledger keeps of the
+     * named buckets ($5, before $6) and of the kinds' per-scope buckets
+     * ($7, before $8), and claims for the kinds without a rate rule ($9
+     * kinds, $10 and $11 their limits, $12 fair flags) up to $13 more
+     * jobs, as claimJobs does.
+     */
+    claimRated: `
+      WITH picked AS (
+        SELECT p.seq, p.bucket FROM unnest($1::bigint[], $2::text[]) AS p(seq, bucket)
+      ), claimed AS (
+        UPDATE ${s}.jobs AS j
+           SET status = 'running', attempt = j.attempt + 1, runner_id = $3::text, started_at = greatest($4::bigint, j.run_at), updated_at = $4::bigint
+         WHERE j.seq IN (SELECT seq FROM picked) AND j.status = 'queued'
+        RETURNING j.seq, j.id, j.kind, j.payload, j.attempt, j.max_attempts, j.timeout_ms, j.trace_context, greatest(j.created_at, j.run_at) AS ready_at, j.scope
+      ), recorded AS (
+        INSERT INTO ${s}.rate_starts (bucket, at) SELECT p.bucket, $4::bigint FROM picked p WHERE p.seq IN (SELECT seq FROM claimed)
+      ), forgotten AS (
+        DELETE FROM ${s}.rate_starts r USING unnest($5::text[], $6::bigint[]) AS o(bucket, before)
+         WHERE r.bucket = o.bucket COLLATE "C" AND r.at < o.before
+      ), forgotten_scoped AS (
+        DELETE FROM ${s}.rate_starts r USING unnest($7::text[], $8::bigint[]) AS o(kind, before)
+         WHERE r.bucket >= (o.kind || '@') COLLATE "C" AND r.bucket < (o.kind || 'A') COLLATE "C" AND r.at < o.before
+      )
+      SELECT ${CLAIMED_COLUMNS} FROM claimed c
+      UNION ALL
+      SELECT c_seq, c_id, c_kind, c_payload, c_attempt, c_max_attempts, c_timeout_ms, c_trace_context, c_ready_at::float8, c_scope
+        FROM ${s}.claim_jobs($9::text[], $10::integer[], $11::integer[], $12::boolean[], $13::integer, $3::text, $4::bigint)`,
+
+    /** The cooldowns in force at $1 (DriverAdmin.cooldownList). */
+    cooldowns: `SELECT key, until::float8 AS until FROM ${s}.cooldowns WHERE until > $1::bigint`,
+
+    /** Ends the cooldown of $1, and wakes idle runners of every process as a resume does ($2: the schema). */
+    clearCooldown: `
+      WITH cleared AS (DELETE FROM ${s}.cooldowns WHERE key = $1 RETURNING key)
+      SELECT key, pg_notify('${NOTIFY_CHANNEL}', $2) FROM cleared`,
+
+    /**
+     * The claims in each window at $5 (DriverAdmin.rateUsage): of each
+     * named bucket ($1, periods $2), and of each per-scope bucket of the
+     * kinds $3 (periods $4), grouped by bucket; a bucket without any is
+     * left out. Ranges of the index rate_starts_bucket.
+     */
+    rateUsage: `
+      SELECT o.bucket, count(*)::integer AS used, min(r.at)::float8 AS oldest
+        FROM unnest($1::text[], $2::bigint[]) AS o(bucket, period)
+        JOIN ${s}.rate_starts r ON r.bucket = o.bucket COLLATE "C" AND r.at > $5::bigint - o.period
+       GROUP BY o.bucket
+      UNION ALL
+      SELECT r.bucket::text, count(*)::integer, min(r.at)::float8
+        FROM unnest($3::text[], $4::bigint[]) AS o(kind, period)
+        JOIN ${s}.rate_starts r
+          ON r.bucket >= (o.kind || '@') COLLATE "C" AND r.bucket < (o.kind || 'A') COLLATE "C" AND r.at > $5::bigint - o.period
+       GROUP BY r.bucket`,
+
+    /**
+     * Jobs finished at or after $1 per minute and status, of scope $3
+     * unless $2 (DriverAdmin.jobActivity): the kinds by jumps through the
+     * index jobs_terminal (kind, status, finished_at), as finishedKinds,
+     * then each kind's range of the last minutes in it, so only the jobs
+     * finished in the window are read, however many the table holds.
+     */
+    jobActivity: `
+      WITH RECURSIVE finished(kind) AS (
+        (SELECT kind FROM ${s}.jobs WHERE ${TERMINAL} ORDER BY kind LIMIT 1)
+        UNION ALL
+        SELECT (SELECT j.kind FROM ${s}.jobs j WHERE j.${TERMINAL} AND j.kind > f.kind ORDER BY j.kind LIMIT 1)
+          FROM finished f WHERE f.kind IS NOT NULL
+      )
+      SELECT (j.finished_at / 60000 * 60000)::float8 AS minute, j.status, count(*)::integer AS count
+        FROM finished f JOIN ${s}.jobs j ON j.kind = f.kind AND j.${TERMINAL} AND j.finished_at >= $1::bigint
+       WHERE f.kind IS NOT NULL AND ($2::boolean OR j.scope IS NOT DISTINCT FROM $3::text)
+       GROUP BY 1, 2`,
+
     /** Pauses a kind (see the SQLite pauseKind). */
     pauseKind: `INSERT INTO ${s}.paused_kinds (kind, paused_at) VALUES ($1, $2) ON CONFLICT (kind) DO NOTHING`,
 
@@ -140,8 +472,10 @@ export function queries(s: string) {
 
     /**
      * One statement claims jobs for every idle worker: the function
-     * claim_jobs (migration 12), given the runner's kinds ($1) with each
-     * one's concurrency ($2) and scopeConcurrency ($3), null for none. It
+     * claim_jobs (migration 14's overload), given the runner's kinds ($1)
+     * with each one's concurrency ($2) and scopeConcurrency ($3), null for
+     * none, and whether it is fair ($4; see the migration for a fair kind's
+     * order), the limit ($5), runner ($6) and clock ($7). It
      * reads the head of each kind's queue in the partial index jobs_queued
      * (kind, priority DESC, seq; queued rows only, so millions of finished
      * rows cost nothing, and a backlog of a kind the claimer does not take
@@ -176,8 +510,8 @@ export function queries(s: string) {
      */
     claimJobs: `
       SELECT c_seq AS seq, c_id AS id, c_kind AS kind, c_payload AS payload, c_attempt AS attempt,
-             c_max_attempts AS "maxAttempts", c_timeout_ms AS "timeoutMs", c_trace_context AS "traceContext", c_ready_at::float8 AS "readyAt"
-        FROM ${s}.claim_jobs($1::text[], $2::integer[], $3::integer[], $4::integer, $5::text, $6::bigint)`,
+             c_max_attempts AS "maxAttempts", c_timeout_ms AS "timeoutMs", c_trace_context AS "traceContext", c_ready_at::float8 AS "readyAt", c_scope AS scope
+        FROM ${s}.claim_jobs($1::text[], $2::integer[], $3::integer[], $4::boolean[], $5::integer, $6::text, $7::bigint)`,
 
     /**
      * Puts back the jobs a claim marked running for a runner whose claim
@@ -254,8 +588,8 @@ export function queries(s: string) {
     /**
      * finishJobs and claimJobs in one statement, so a busy runner makes one
      * round trip per batch of final writes instead of two: $1-$6 as in
-     * finishJobs, then the claim's limit ($7), runner ($8), kinds ($9) and
-     * their limits ($10, $11). The claim takes only queued rows and the
+     * finishJobs, then the claim's limit ($7), runner ($8), kinds ($9),
+     * their limits ($10, $11) and fair flags ($12). The claim takes only queued rows and the
      * finish only running ones, so the two parts never touch one row. The
      * function's statements take their own snapshot, after its locks; it
      * runs after the final writes (the UNION's first branch is read
@@ -269,29 +603,29 @@ export function queries(s: string) {
       WITH finished AS (${finishedPart(s)}
       )
       SELECT 'f' AS part, NULL::bigint AS seq, id, NULL AS kind, NULL AS payload, NULL::integer AS attempt,
-             NULL::integer AS "maxAttempts", NULL::integer AS "timeoutMs", NULL::text AS "traceContext", NULL::float8 AS "readyAt" FROM finished
+             NULL::integer AS "maxAttempts", NULL::integer AS "timeoutMs", NULL::text AS "traceContext", NULL::float8 AS "readyAt", NULL::text AS scope FROM finished
       UNION ALL
-      SELECT 'c', c_seq, c_id, c_kind, c_payload, c_attempt, c_max_attempts, c_timeout_ms, c_trace_context, c_ready_at::float8
-        FROM ${s}.claim_jobs($9::text[], $10::integer[], $11::integer[], $7::integer, $8::text, $6::bigint)`,
+      SELECT 'c', c_seq, c_id, c_kind, c_payload, c_attempt, c_max_attempts, c_timeout_ms, c_trace_context, c_ready_at::float8, c_scope
+        FROM ${s}.claim_jobs($9::text[], $10::integer[], $11::integer[], $12::boolean[], $7::integer, $8::text, $6::bigint)`,
 
     /**
      * finishAndClaimJobs for a batch with send-backs: their arrays as
-     * $12-$16 (see retriedPart), so the batch applies whole or not at all (see
+     * $13-$17 (see retriedPart), so the batch applies whole or not at all (see
      * retryAndFinishJobs). The send-backs are read first, then the final
      * writes, then the claim, which therefore sees both (a job sent back
      * due now may be claimed again at once, as a later claim would).
      */
     retryFinishAndClaimJobs: `
-      WITH retried AS (${retriedPart(s, 12, '$6')}
+      WITH retried AS (${retriedPart(s, 13, '$6')}
       ), finished AS (${finishedPart(s)}
       )
       SELECT 'f' AS part, NULL::bigint AS seq, id, NULL AS kind, NULL AS payload, NULL::integer AS attempt,
-             NULL::integer AS "maxAttempts", NULL::integer AS "timeoutMs", NULL::text AS "traceContext", NULL::float8 AS "readyAt" FROM retried
+             NULL::integer AS "maxAttempts", NULL::integer AS "timeoutMs", NULL::text AS "traceContext", NULL::float8 AS "readyAt", NULL::text AS scope FROM retried
       UNION ALL
-      SELECT 'f', NULL, id, NULL, NULL, NULL, NULL, NULL, NULL, NULL FROM finished
+      SELECT 'f', NULL, id, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL FROM finished
       UNION ALL
-      SELECT 'c', c_seq, c_id, c_kind, c_payload, c_attempt, c_max_attempts, c_timeout_ms, c_trace_context, c_ready_at::float8
-        FROM ${s}.claim_jobs($9::text[], $10::integer[], $11::integer[], $7::integer, $8::text, $6::bigint)`,
+      SELECT 'c', c_seq, c_id, c_kind, c_payload, c_attempt, c_max_attempts, c_timeout_ms, c_trace_context, c_ready_at::float8, c_scope
+        FROM ${s}.claim_jobs($9::text[], $10::integer[], $11::integer[], $12::boolean[], $7::integer, $8::text, $6::bigint)`,
 
     /**
      * The sweep, in one statement: forgets the runners whose lease has

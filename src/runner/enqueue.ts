@@ -80,6 +80,8 @@ function fieldsOf(kind: RegisteredKind, placement: Placement, traceContext: stri
     maxAttempts: kind.maxAttempts,
     requeueInterrupted: kind.idempotent,
     uniqueKey: placement.uniqueKey,
+    // A fair kind's job gets its place in its scope's lane at the insert (every enqueue path comes here).
+    fair: kind.fair,
     traceContext,
   }
 }

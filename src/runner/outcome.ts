@@ -1,4 +1,4 @@
-import type { JobFinish } from '../driver.js'
+import type { Cooldown, JobFinish } from '../driver.js'
 import type { Outcome } from '../kind.js'
 
 /*
@@ -42,17 +42,21 @@ export interface RunPolicy {
 export type RunEnd =
   | { readonly type: 'succeeded'; readonly result: string }
   | { readonly type: 'failed'; readonly code: string; readonly reason: string }
-  | { readonly type: 'cancelled'; readonly result: string | null }
+  | { readonly type: 'cancelled'; readonly result: string | null; readonly cooldown?: Cooldown }
   | { readonly type: 'retry'; readonly code: string; readonly reason: string; readonly runAt: number }
-  | { readonly type: 'snoozed'; readonly runAt: number }
+  | { readonly type: 'snoozed'; readonly runAt: number; readonly cooldown?: Cooldown }
   | { readonly type: 'interrupted'; readonly why: 'abandoned' | 'stopping' }
 
 /**
  * Decides a run's end, in this order:
  * 1. abandoned by stop(): nothing is written (interrupted);
- * 2. cancelled: `cancelled`, keeping a result the handler returned;
+ * 2. cancelled: `cancelled`, keeping a result the handler returned, and
+ *    a cooldown it recorded (a provider's reset holds for the other jobs
+ *    of its key whatever becomes of this one);
  * 3. returned: `succeeded`;
  * 4. snoozed: back to the queue after the delay, the attempt given back;
+ *    rate limited (`job.rateLimited`): the same, due at the cooldown's
+ *    end, recording the cooldown;
  * 5. failed (a declared code, internal_error, timeout) while the runner
  *    stops: nothing is written (the failure is most likely the stop's own
  *    abort, which must not use up the job);
@@ -62,9 +66,13 @@ export type RunEnd =
  */
 export function decideEnd(outcome: Outcome, asked: RunAsked, policy: RunPolicy): RunEnd {
   if (asked.abandoned) return { type: 'interrupted', why: 'abandoned' }
-  if (asked.cancelled) return { type: 'cancelled', result: 'result' in outcome ? outcome.result : null }
+  if (asked.cancelled) {
+    if ('rateLimited' in outcome) return { type: 'cancelled', result: null, cooldown: outcome.rateLimited }
+    return { type: 'cancelled', result: 'result' in outcome ? outcome.result : null }
+  }
   if ('result' in outcome) return { type: 'succeeded', result: outcome.result }
   if ('snoozeMs' in outcome) return { type: 'snoozed', runAt: policy.now + outcome.snoozeMs }
+  if ('rateLimited' in outcome) return { type: 'snoozed', runAt: outcome.rateLimited.until, cooldown: outcome.rateLimited }
   if (asked.stopping) return { type: 'interrupted', why: 'stopping' }
   const { code, reason } = outcome
   if (policy.kind.retries(code) && policy.attempt < policy.maxAttempts) {
@@ -81,10 +89,12 @@ export function finishOf(end: RunEnd, id: string, attempt: number): JobFinish | 
     case 'failed':
       return { id, attempt, status: 'failed', result: null, error: end.code, runAt: null }
     case 'cancelled':
+      if (end.cooldown !== undefined) return { id, attempt, status: 'cancelled', result: end.result, error: null, runAt: null, cooldown: end.cooldown }
       return { id, attempt, status: 'cancelled', result: end.result, error: null, runAt: null }
     case 'retry':
       return { id, attempt, status: 'retry', result: null, error: null, runAt: end.runAt }
     case 'snoozed':
+      if (end.cooldown !== undefined) return { id, attempt, status: 'snoozed', result: null, error: null, runAt: end.runAt, cooldown: end.cooldown }
       return { id, attempt, status: 'snoozed', result: null, error: null, runAt: end.runAt }
     case 'interrupted':
       return undefined

@@ -1,6 +1,6 @@
 import { performance } from 'node:perf_hooks'
 import type { ClaimedJob, DriverAdmin, DriverHotPath } from '../driver.js'
-import { JobFailure, JobNotRunningError, JobSnooze } from '../errors.js'
+import { JobFailure, JobNotRunningError, JobRateLimited, JobSnooze } from '../errors.js'
 import { CODE_INTERNAL, CODE_TIMEOUT, finalWriteSignal } from '../job.js'
 import type { HandlerErrorHook, JobContext, Outcome, RegisteredKind } from '../kind.js'
 import type { Logger } from '../logger.js'
@@ -32,6 +32,8 @@ export interface RunServices {
   readonly confirmAfterMs: number | null
   /** Told the due time of a job this run sent back to the queue (a retry, a snooze), so it runs then, not at the next poll. */
   readonly scheduled: (due: number) => void
+  /** Told the end of a cooldown this run recorded (`job.rateLimited`), so the jobs it held start then, not at the next poll. */
+  readonly cooled?: ((until: number) => void) | undefined
   /** Told in this process of what a handler threw that was not a declared failure; never stored or logged by jobtable. */
   readonly onHandlerError: HandlerErrorHook | undefined
 }
@@ -196,6 +198,11 @@ export class Run {
       snooze: (ms) => {
         throw new JobSnooze(ms)
       },
+      // Checked when the attempt is recorded (kind.ts): a bad time, key or option fails the job with internal_error.
+      rateLimited: (untilOrMs, options) => {
+        throw new JobRateLimited(untilOrMs, options)
+      },
+      scope: job.scope,
       attempt: job.attempt,
       finalWriteSignal,
     }
@@ -207,8 +214,8 @@ export class Run {
     const hook = this.#s.onHandlerError
     const thrown = hook === undefined ? undefined : (error: unknown, code: string) => reportHandlerError(hook, error, code, this.job, this.#s.logger)
     // No closure without a span: this is the hot path.
-    if (traced === undefined) return this.#kind.run(this.job.payload, ctx, thrown)
-    return withinRun(traced, () => this.#kind.run(this.job.payload, ctx, thrown))
+    if (traced === undefined) return this.#kind.run(this.job.payload, ctx, thrown, this.#s.clock)
+    return withinRun(traced, () => this.#kind.run(this.job.payload, ctx, thrown, this.#s.clock))
   }
 
   /**
@@ -248,7 +255,7 @@ export class Run {
     if (!passed) return first as Outcome
     if (first === 'grace') {
       const fields = { job_id: this.job.id, kind: this.job.kind }
-      if (this.#kind.limit !== undefined) {
+      if (this.#kind.capsRunning) {
         this.#s.logger.warn(fields, 'job passed its deadline and its handler did not return; it stays running, holding its kind’s concurrency, until it does')
         await running.catch(() => undefined)
       } else {
@@ -283,6 +290,8 @@ export class Run {
       case 'succeeded':
         return logger.debug(fields, 'job succeeded')
       case 'snoozed':
+        // The key is left out: a per-scope key names the owner.
+        if (end.cooldown !== undefined) return logger.info({ ...fields, run_at: end.runAt }, 'job rate limited; its key cools down until run_at')
         return logger.debug({ ...fields, run_at: end.runAt }, 'job snoozed')
       case 'retry':
         return logger.info({ ...fields, code: end.code, reason: end.reason, attempt: job.attempt, max_attempts: job.maxAttempts, run_at: end.runAt }, 'job failed; retrying')
@@ -304,6 +313,7 @@ export class Run {
     // A write given up leaves the job running under this runner: still held, so a lost-claim recovery never queues it again.
     if (outcome !== 'given_up') this.#s.gate.held.delete(job.id)
     if (outcome === 'applied' && finish.runAt !== null) this.#s.scheduled(finish.runAt)
+    if (outcome === 'applied' && finish.cooldown) this.#s.cooled?.(finish.cooldown.until)
     if (jobEndChannel.hasSubscribers) {
       const durationMs = Math.max(0, (this.#endedAt ?? this.#s.clock()) - this.#startedAt)
       const code = end.type === 'failed' || end.type === 'retry' ? end.code : null

@@ -1,9 +1,9 @@
 import { randomUUID } from 'node:crypto'
 import type { StandardSchemaV1 } from '@standard-schema/spec'
-import type { Driver, JobCount, JobRow, WakeReason } from '../driver.js'
+import type { Cooldown, Driver, JobCount, JobRow, WakeReason } from '../driver.js'
 import { ConfigError, InvalidArgumentError, InvalidCursorError, JobNotFoundError, RegistrationError, RunnerStateError, UnknownKindError } from '../errors.js'
 import { JOB_STATUSES, type Job, type JobStatus, type JsonValue } from '../job.js'
-import { type Handler, type HandlerErrorHook, isKindDefinition, type KindDef, type KindDefinition, RegisteredKind, splitDefinition } from '../kind.js'
+import { type Handler, type HandlerErrorHook, isCooldownKey, isKindDefinition, type KindDef, type KindDefinition, MAX_COOLDOWN_KEY, RegisteredKind, splitDefinition } from '../kind.js'
 import { defaultLogger, type Logger } from '../logger.js'
 import { optionsObject } from '../options.js'
 import { encodePayload } from '../payload.js'
@@ -19,8 +19,10 @@ import { Maintenance } from './maintenance/index.js'
 import { pruneJobs } from './maintenance/retention.js'
 import { type PruneOptions, pruneRules, type RetentionConfig, retentionConfig, type RetentionOptions } from './retention-rules.js'
 import { WorkerPool } from './worker-pool.js'
+import { type Activity, type ActivityOptions, checkClaimRules, readActivity, readRateLimits, type RateLimitState } from './rate-limits.js'
 
 export type { JobSpec } from './batch.js'
+export type { Activity, ActivityOptions, RateLimitState } from './rate-limits.js'
 export type { EnqueueOptions, Kind, TxOf, TxResult, UniqueEnqueue } from './enqueue.js'
 export type { KindRetention, PruneOptions, RetentionAge, RetentionByStatus, RetentionOptions } from './retention-rules.js'
 export {
@@ -248,6 +250,7 @@ export class Runner<D extends Driver = Driver> {
     const name = registered.name
     if (this.#state !== 'new') throw new RunnerStateError(`register ${JSON.stringify(name)}: the runner has already started`)
     if (this.#kinds.has(name)) throw new RegistrationError(name, 'kind already registered')
+    checkClaimRules(registered, this.#kinds)
     this.#kinds.set(name, registered)
     return this.#enqueuer.handle(registered)
   }
@@ -479,6 +482,7 @@ export class Runner<D extends Driver = Driver> {
       // A claim that waited longer than a heartbeat for its start may have outlived the runner's lease: its run checks the job is still its own first.
       confirmAfterMs: this.#driver.capabilities.liveness.heartbeatMs,
       mayClaim: () => liveness.fresh,
+      pollMs: this.#driver.capabilities.pollMs,
     })
     liveness.onRenewed = () => this.#pool?.wake()
     maintenance.start()
@@ -590,6 +594,53 @@ export class Runner<D extends Driver = Driver> {
   /** The paused kinds, by name, with when each was paused (epoch ms, the clock of the runner that paused it). */
   async paused(): Promise<{ kind: string; pausedAt: number }[]> {
     return this.#driver.kindsPaused()
+  }
+
+  /**
+   * The cooldowns in force now (by the runner's clock), sorted by key,
+   * each with its end (epoch ms): those `job.rateLimited` recorded, in
+   * any process on the database. No job of a cooling key starts before
+   * its end.
+   */
+  async cooldowns(): Promise<Cooldown[]> {
+    const cooldowns = await this.#driver.cooldownList({ now: this.#clock() })
+    return cooldowns.map((c) => ({ key: c.key, until: Number(c.until) })).sort((a, b) => (a.key < b.key ? -1 : a.key > b.key ? 1 : 0))
+  }
+
+  /**
+   * Ends the cooldown of `key` now, in every process: its jobs may start
+   * at once (here at once; elsewhere within their poll interval, or at
+   * once where the driver tells them). True when one was recorded.
+   * `key`: a non-empty string of at most 1024 characters.
+   */
+  async clearCooldown(key: string): Promise<boolean> {
+    if (!isCooldownKey(key)) throw new InvalidArgumentError(`clearCooldown: key must be a non-empty string of at most ${MAX_COOLDOWN_KEY} characters`)
+    const cleared = await this.#driver.cooldownClear({ key })
+    if (cleared) this.#pool?.wake()
+    return cleared
+  }
+
+  /**
+   * The state of every rate limit of the kinds registered here (with a
+   * handler or not), one entry per bucket, sorted by key: its use in the
+   * window now (by the runner's clock), when room comes back, and a
+   * cooldown in force on it. A per-scope limit is one entry, `<kind>@*`,
+   * reporting its busiest scope, with each scope that has claims in the
+   * window.
+   */
+  async rateLimits(): Promise<RateLimitState[]> {
+    return readRateLimits(this.#driver, [...this.#kinds.values()], this.#clock())
+  }
+
+  /**
+   * What the dashboard's chart of the last `minutes` (1 to 1440, default
+   * 60) shows: the jobs that finished in each minute since the start of
+   * the minute `minutes` ago, by status, and the jobs queued now, by kind.
+   * With `scope` (null: jobs enqueued without one), only that scope's
+   * jobs. Read from the jobs table.
+   */
+  async activity(options?: ActivityOptions): Promise<Activity> {
+    return readActivity(this.#driver, options, this.#clock())
   }
 
   /**

@@ -34,7 +34,14 @@ export interface WorkerPoolOptions {
   readonly confirmAfterMs: number | null
   /** Whether the runner's lease is fresh enough to claim (see Liveness.fresh); claims wait for wake() while it is not. */
   readonly mayClaim: () => boolean
+  /** The driver's fallback poll interval (capabilities.pollMs): the longest a rated kind's held jobs wait for a look again. */
+  readonly pollMs: number
 }
+
+/** The shortest wait before looking again for jobs a rate limit held back (real ms). */
+const LOOK_AGAIN_MIN_MS = 25
+/** The longest delay a timer takes. */
+const MAX_TIMER_MS = 2 ** 31 - 1
 
 /**
  * Owns the worker slots: claims queued jobs of its kinds for every idle
@@ -89,15 +96,42 @@ export class WorkerPool implements Piggyback {
   #lookedAfter = 0
   /** How many idle workers the claim loop's claim in flight is for. */
   #loopClaimFor = 0
+  /**
+   * With rated kinds: how long (real ms) after a claim that found fewer
+   * jobs than it asked for the pool looks again, since a full bucket or a
+   * cooldown holds jobs back without any write to wake it when it
+   * reopens. Undefined without rated kinds: then nothing here costs.
+   */
+  readonly #lookAgainMs: number | undefined
+  /** The longest window of the rated kinds: how long after the last activity held jobs may still be waiting. */
+  readonly #horizonMs: number = 0
+  /** Until when (runner clock) a claim that finds too few jobs is followed by another: activity pushes it on. */
+  #activeUntil = Number.NEGATIVE_INFINITY
+  /** The clock's reading at the last claim: a look again while it has not moved (a held test clock) would find the same. */
+  #lookedAt = Number.NaN
+  #again: NodeJS.Timeout | undefined
+  /** The clock reading the claim loop's last claim was sent with. */
+  #lastClaimAt = 0
+  /** The ends of the cooldowns this runner's jobs recorded, still to come, and the timer for the earliest. */
+  readonly #cooldownEnds = new Set<number>()
+  #cooldownTimer: { readonly at: number; readonly timer: NodeJS.Timeout } | undefined
 
   constructor(options: WorkerPoolOptions) {
     this.#driver = options.driver
     this.#runnerId = options.runnerId
     this.#kinds = options.kinds
     this.#kindNames = [...options.kinds.keys()]
-    const limited = [...options.kinds.values()].filter((k) => k.limit !== undefined).map((k) => [k.name, k.limit!] as const)
-    this.#limits = limited.length > 0 ? new Map(limited) : undefined
-    this.#claimsAgain = limited.some(([, limit]) => limit.scopeConcurrency !== null)
+    const ruled = [...options.kinds.values()].filter((k) => k.rule !== undefined).map((k) => [k.name, k.rule!] as const)
+    this.#limits = ruled.length > 0 ? new Map(ruled) : undefined
+    this.#claimsAgain = ruled.some(([, rule]) => rule.scopeConcurrency !== null)
+    const rated = [...options.kinds.values()].flatMap((k) => (k.rate === null ? [] : [k.rate]))
+    if (rated.length > 0) {
+      // About the time one start's room takes to come back in the tightest window: a look no later than that
+      // finds a reopened bucket within about one start's share of it, never after the fallback poll.
+      const slot = Math.min(...rated.map((r) => r.periodMs / r.limit))
+      this.#lookAgainMs = Math.min(options.pollMs, Math.max(LOOK_AGAIN_MIN_MS, Math.floor(slot)))
+      this.#horizonMs = Math.max(...rated.map((r) => r.periodMs))
+    }
     this.#gate = options.gate
     this.#logger = options.logger
     this.#clock = options.clock
@@ -116,6 +150,7 @@ export class WorkerPool implements Piggyback {
       timeoutGraceMs: options.timeoutGraceMs,
       confirmAfterMs: options.confirmAfterMs,
       scheduled: options.scheduled,
+      cooled: (until) => this.#cooled(until),
       onHandlerError: options.onHandlerError,
     }
   }
@@ -127,8 +162,64 @@ export class WorkerPool implements Piggyback {
 
   /** Tells an idle worker to look for a queued job. */
   wake(): void {
+    // Something happened (an enqueue, a finished job, a poll): jobs a rate limit holds may be waiting.
+    if (this.#lookAgainMs !== undefined) this.#activeUntil = Math.max(this.#activeUntil, this.#clock() + this.#horizonMs)
     this.#kicked = true
     this.#kick?.()
+  }
+
+  /**
+   * After a claim that found `found` of the `wanted` jobs at `now`: with
+   * rated kinds, when it found fewer, look again after #lookAgainMs,
+   * while there was activity within the longest window (a bucket filled
+   * then has room again within it); a claim that found jobs is activity.
+   */
+  #claimed(found: number, wanted: number, now: number): void {
+    if (this.#lookAgainMs === undefined) return
+    this.#lookedAt = now
+    if (found > 0) this.#activeUntil = Math.max(this.#activeUntil, now + this.#horizonMs)
+    if (found < wanted && now < this.#activeUntil) this.#armLookAgain()
+  }
+
+  #armLookAgain(): void {
+    if (this.#again !== undefined || this.#stopping.signal.aborted) return
+    this.#again = setTimeout(() => {
+      this.#again = undefined
+      if (this.#stopping.signal.aborted) return
+      // A clock that has not moved since the last claim (a test's, held still): a claim would find the same. Wait on.
+      if (this.#clock() === this.#lookedAt) return this.#armLookAgain()
+      this.#kicked = true
+      this.#kick?.()
+    }, this.#lookAgainMs)
+    this.#again.unref()
+  }
+
+  /** A job of this runner recorded a cooldown ending at `until`: look again then, for the jobs it held back here. */
+  #cooled(until: number): void {
+    if (this.#stopping.signal.aborted) return
+    this.#cooldownEnds.add(until)
+    this.#armCooldown()
+  }
+
+  #armCooldown(): void {
+    if (this.#cooldownEnds.size === 0 || this.#stopping.signal.aborted) return
+    const at = Math.min(...this.#cooldownEnds)
+    if (this.#cooldownTimer !== undefined) {
+      if (this.#cooldownTimer.at <= at) return
+      clearTimeout(this.#cooldownTimer.timer)
+    }
+    const timer = setTimeout(() => {
+      this.#cooldownTimer = undefined
+      const now = this.#clock()
+      // Not there yet by the runner's clock (a test's, held still, or a timer a little early): wait on.
+      if (now >= at) {
+        for (const end of [...this.#cooldownEnds]) if (end <= now) this.#cooldownEnds.delete(end)
+        this.wake()
+      }
+      this.#armCooldown()
+    }, Math.min(MAX_TIMER_MS, Math.max(1, at - this.#clock())))
+    timer.unref()
+    this.#cooldownTimer = { at, timer }
   }
 
   /** How many handlers are running now (one past its deadline that has not returned included: it keeps its worker). */
@@ -160,6 +251,9 @@ export class WorkerPool implements Piggyback {
    */
   async stop(timeoutMs: number): Promise<number> {
     this.#stopping.abort()
+    clearTimeout(this.#again)
+    clearTimeout(this.#cooldownTimer?.timer)
+    this.#cooldownEnds.clear()
     for (const run of this.#runs.keys()) run.abortForStop()
     this.#kick?.()
     let timer: NodeJS.Timeout | undefined
@@ -208,6 +302,7 @@ export class WorkerPool implements Piggyback {
     const sentAt = this.#piggybackSentAt
     for (const job of jobs) this.#prefetched.push({ job, sentAt })
     this.#lookedAfter += finishing
+    this.#claimed(jobs.length, this.#requested, this.#clock())
     if (this.#claimsAgain && jobs.length > 0 && jobs.length < this.#requested) this.wake()
     // Some may be for workers already idle: the claim loop starts them now, not at the next wake (a loop asleep after a timed-out handler's write would miss them).
     else if (jobs.length > finishing) this.#kick?.()
@@ -264,9 +359,9 @@ export class WorkerPool implements Piggyback {
       }
       this.#kicked = false
       let jobs: Claimed[]
-      this.#loopClaimFor = this.#idle
+      const wanted = (this.#loopClaimFor = this.#idle)
       try {
-        jobs = await this.#claim(this.#idle)
+        jobs = await this.#claim(wanted)
         backoff.reset()
       } catch (err) {
         this.#loopClaimFor = 0
@@ -290,6 +385,7 @@ export class WorkerPool implements Piggyback {
         break
       }
       for (const job of jobs) this.#start(job)
+      this.#claimed(jobs.length, wanted, this.#lastClaimAt)
       if (this.#claimsAgain && jobs.length > 0 && this.#idle > 0) this.#kicked = true
     }
   }
@@ -301,7 +397,8 @@ export class WorkerPool implements Piggyback {
     let jobs: ClaimedJob[] | undefined
     try {
       const sentAt = performance.now()
-      jobs = await this.#driver.jobClaim({ limit, runnerId: this.#runnerId, kinds: this.#kindNames, limits: this.#limits, now: this.#clock() })
+      const now = (this.#lastClaimAt = this.#clock())
+      jobs = await this.#driver.jobClaim({ limit, runnerId: this.#runnerId, kinds: this.#kindNames, limits: this.#limits, now })
       return jobs.map((job) => ({ job, sentAt }))
     } finally {
       this.#gate.leave(jobs)

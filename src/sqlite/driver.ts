@@ -1,6 +1,8 @@
 import Database from 'better-sqlite3'
 import type {
   ClaimedJob,
+  Cooldown,
+  JobActivity,
   JobCount,
   QueueNowResult,
   ClaimParams,
@@ -10,13 +12,17 @@ import type {
   FinishAndClaimResult,
   JobFinish,
   JobListParams,
+  KindRule,
   JobRow,
   NewJob,
   InsertResult,
   QueueCount,
+  RateRule,
+  RateUse,
   ScheduleAdvance,
 } from '../driver.js'
-import { hasUniqueKey, sendsBack } from '../driver.js'
+import { sendsBack } from '../driver.js'
+import { FullBuckets, ledgerKeepMs, pickWithinRates, type RateCandidate } from '../rate-limit.js'
 import { idPrefixAfter } from '../id.js'
 import { ConfigError, DatabaseError } from '../errors.js'
 import type { TerminalStatus } from '../job.js'
@@ -141,7 +147,13 @@ export class SqliteDriver implements Driver<SqliteDatabase, true> {
   readonly #insert: Database.Statement
   /** claimJobs statements by their arms, and each kinds array's statement and parameters, made once. */
   readonly #claims = new Map<string, Database.Statement>()
-  readonly #claimPlans = new WeakMap<readonly string[], { statement: Database.Statement; params: Record<string, unknown>; limits: ClaimParams['limits'] }>()
+  readonly #claimPlans = new WeakMap<readonly string[], ClaimPlan>()
+  /** The rated buckets known to have no room, until when (src/rate-limit.ts). */
+  readonly #full = new FullBuckets()
+  /** Statements prepared at their first use, by their text (see #on). */
+  readonly #writerStatements = new Map<string, Database.Statement>()
+  readonly #readerStatements = new Map<string, Database.Statement>()
+  readonly #claimRatedTx: (plan: ClaimPlan, open: readonly RatedKind[], limit: number, runnerId: string, now: number) => ClaimedJob[]
   readonly #publish: Database.Statement
   readonly #finish: Database.Statement
   readonly #failInterrupted: Database.Statement
@@ -183,8 +195,8 @@ export class SqliteDriver implements Driver<SqliteDatabase, true> {
   /** The insert statements prepared on each connection jobs are inserted through (jobtable's writer, and the handles of enqueueTx). */
   readonly #insertOnTx = new WeakMap<SqliteDatabase, InsertStatements>()
   readonly #insertMany: (jobs: readonly NewJob[], now: number) => void
-  /** A batch with unique keys: one job at a time, in one transaction. */
-  readonly #insertManyUnique: (jobs: readonly NewJob[], now: number) => (string | null)[]
+  /** A batch with unique keys or fair jobs: one job at a time, in one transaction. */
+  readonly #insertManyEach: (jobs: readonly NewJob[], now: number) => (string | null)[]
   /** A schedule's move to a later tick and that tick's jobs, in one transaction. */
   readonly #advanceSchedule: (name: string, tickAt: number, jobs: readonly NewJob[], now: number) => ScheduleAdvance
   readonly #releaseMany: (jobs: readonly { id: string; attempt: number }[], now: number) => void
@@ -291,7 +303,7 @@ export class SqliteDriver implements Driver<SqliteDatabase, true> {
     this.#insertMany = this.#writer.transaction((jobs: readonly NewJob[], now: number) => {
       for (let i = 0; i < jobs.length; i += sql.INSERT_ROWS_MAX) this.#insertChunk(jobs, i, Math.min(jobs.length, i + sql.INSERT_ROWS_MAX), now)
     }).immediate
-    this.#insertManyUnique = this.#writer.transaction((jobs: readonly NewJob[], now: number) => this.#insertEach(onWriter, jobs, now)).immediate
+    this.#insertManyEach = this.#writer.transaction((jobs: readonly NewJob[], now: number) => this.#insertEach(onWriter, jobs, now)).immediate
     const advance = this.#writer.prepare(sql.advanceSchedule)
     this.#advanceSchedule = this.#writer.transaction((name: string, tickAt: number, jobs: readonly NewJob[], now: number): ScheduleAdvance => {
       if (advance.get({ name, tick: tickAt, now }) === undefined) return { advanced: false, stored: 0 }
@@ -306,8 +318,11 @@ export class SqliteDriver implements Driver<SqliteDatabase, true> {
     this.#finishManyAndClaim = this.#writer.transaction(
       (finishes: readonly JobFinish[], now: number, limit: number, runnerId: string, kinds: readonly string[], limits?: ClaimParams['limits']) => ({
         applied: this.#finishEach(finishes, now),
-        claimed: this.#claimRows(limit, runnerId, kinds, limits, now),
+        claimed: this.#claimRows(limit, runnerId, kinds, limits, now, true),
       }),
+    ).immediate
+    this.#claimRatedTx = this.#writer.transaction((plan: ClaimPlan, open: readonly RatedKind[], limit: number, runnerId: string, now: number) =>
+      this.#claimRated(plan, open, limit, runnerId, now),
     ).immediate
   }
 
@@ -358,52 +373,179 @@ export class SqliteDriver implements Driver<SqliteDatabase, true> {
   }
 
   #finishEach(finishes: readonly JobFinish[], now: number): boolean[] {
-    return finishes.map(
-      (f) =>
+    return finishes.map((f) => {
+      const applied =
         (sendsBack(f)
           ? this.#retry.run({ id: f.id, attempt: f.attempt, result: f.result, runAt: f.runAt, grant: f.status === 'snoozed' ? 1 : 0, now })
           : this.#finish.run({ id: f.id, attempt: f.attempt, status: f.status, result: f.result, error: f.error, now })
-        ).changes === 1,
-    )
+        ).changes === 1
+      // Whatever status the write ended with (a cancel request wins over the snooze): the provider's reset holds for the others.
+      if (applied && f.cooldown !== undefined && f.cooldown !== null) {
+        this.#on(this.#writer, sql.upsertCooldown).run({ key: f.cooldown.key, until: f.cooldown.until, now })
+      }
+      return applied
+    })
   }
 
   /**
-   * One statement for the runner's kinds (sql.claimJobs), made once per
-   * kinds array: the producer passes the same array, and the same limits,
-   * with every claim.
+   * Claims for the runner's kinds. Kinds without a rate rule take one
+   * statement (sql.claimJobs), made once per kinds array: the producer
+   * passes the same array, and the same limits, with every claim. Rated
+   * kinds not known full add the rated path (#claimRated), in a
+   * transaction of its own unless `inTx` (the caller's one); while every
+   * rated kind is known full, the others' statement runs alone.
    */
-  #claimRows(limit: number, runnerId: string, kinds: readonly string[], limits: ClaimParams['limits'], now: number): ClaimedJob[] {
-    let plan = this.#claimPlans.get(kinds)
+  #claimRows(limit: number, runnerId: string, kinds: readonly string[], limits: ClaimParams['limits'], now: number, inTx: boolean): ClaimedJob[] {
+    const plan = this.#planOf(kinds, limits)
+    if (plan.rated.length === 0) return this.#claimPlain(plan.plain!, limit, runnerId, now)
+    const open = this.#full.open(plan.rated, now)
+    if (open.length === 0) return plan.plain === undefined ? [] : this.#claimPlain(plan.plain, limit, runnerId, now)
+    return inTx ? this.#claimRated(plan, open, limit, runnerId, now) : this.#claimRatedTx(plan, open, limit, runnerId, now)
+  }
+
+  #planOf(kinds: readonly string[], limits: ClaimParams['limits']): ClaimPlan {
+    const known = this.#claimPlans.get(kinds)
     // Kept per kinds array while its limits are the same object: a caller passing other limits with the same array gets a new plan.
-    if (plan === undefined || plan.limits !== limits) {
-      const params: Record<string, unknown> = {}
-      const arms = kinds.map((kind, i): sql.ClaimArm => {
-        params[`k${i}`] = kind
-        const limit = limits?.get(kind)
-        if (limit === undefined) return 'free'
-        if (limit.scopeConcurrency !== null) params[`scap${i}`] = limit.scopeConcurrency
-        params[`cap${i}`] = limit.concurrency ?? UNLIMITED
-        return limit.scopeConcurrency !== null ? 'scoped' : 'capped'
-      })
-      const shape = arms.join(',')
-      let statement = this.#claims.get(shape)
-      if (statement === undefined) {
-        statement = this.#writer.prepare(sql.claimJobs(arms))
-        this.#claims.set(shape, statement)
-      }
-      plan = { statement, params, limits }
-      this.#claimPlans.set(kinds, plan)
+    if (known !== undefined && known.limits === limits) return known
+    const unrated: PlannedKind[] = []
+    const rated: RatedKind[] = []
+    for (const kind of kinds) {
+      const rule = limits?.get(kind)
+      const rate = rule?.rate
+      if (rate !== undefined && rate !== null) rated.push({ kind, rule: rule!, arm: armOf(rule), rate })
+      else unrated.push({ kind, rule, arm: armOf(rule) })
     }
-    const params = plan.params
+    let plain: ClaimPlan['plain']
+    if (unrated.length > 0) {
+      const params: Record<string, unknown> = {}
+      unrated.forEach((k, i) => armParams(params, i, k))
+      plain = { statement: this.#claimStatement(unrated.map((k) => k.arm)), params }
+    }
+    const plan: ClaimPlan = { limits, plain, unrated, rated, ratedKinds: new Set(rated.map((r) => r.kind)) }
+    this.#claimPlans.set(kinds, plan)
+    return plan
+  }
+
+  /** sql.claimJobs for `arms`, prepared once per shape. */
+  #claimStatement(arms: readonly sql.ClaimArm[]): Database.Statement {
+    const shape = arms.map(sql.armShape).join(',')
+    let statement = this.#claims.get(shape)
+    if (statement === undefined) {
+      statement = this.#writer.prepare(sql.claimJobs(arms))
+      this.#claims.set(shape, statement)
+    }
+    return statement
+  }
+
+  /** The one statement of the kinds without a rate rule. */
+  #claimPlain(plain: NonNullable<ClaimPlan['plain']>, limit: number, runnerId: string, now: number): ClaimedJob[] {
+    const params = plain.params
     params.limit = limit
     params.runnerId = runnerId
     params.now = now
-    const rows = plan.statement.all(params) as (ClaimedJob & { seq: number })[]
-    // RETURNING promises no order; workers start oldest first.
-    for (let i = 1; i < rows.length; i++) {
-      if (rows[i - 1]!.seq > rows[i]!.seq) return rows.sort((a, b) => a.seq - b.seq)
+    return inSeqOrder(plain.statement.all(params) as ClaimedRow[])
+  }
+
+  /**
+   * A claim with rated kinds, in one transaction (src/rate-limit.ts): for
+   * the rated kinds whose bucket is not known full (`open`), reads each named
+   * bucket's claims in its window and its cooldown (a bucket cooling or
+   * spent leaves its kinds out), fetches the candidates of every kind
+   * (per-scope buckets passed over in SQL when cooling or spent), picks
+   * within the buckets' room and the claim's limit, marks the picks
+   * running as claimJobs does, records one claim per rated pick and
+   * deletes the bucket's records long past its window. SQLite serializes
+   * writers: no claim of another process comes between the read and the
+   * record, so no window ever holds more than its limit.
+   */
+  #claimRated(plan: ClaimPlan, open: readonly RatedKind[], limit: number, runnerId: string, now: number): ClaimedJob[] {
+    const used = new Map<string, number>()
+    const cooling = new Set<string>()
+    const named = new Map<string, { used: number; oldest: number | null }>()
+    const arms: (PlannedKind & { room?: number; since?: number; rlim?: number })[] = [...plan.unrated]
+    for (const r of open) {
+      const { bucket, limit: most, periodMs } = r.rate
+      if (bucket === null) {
+        for (const row of this.#on(this.#writer, sql.rateUseByScope).all({ kind: r.kind, since: now - periodMs + 1 }) as { bucket: string; used: number }[]) {
+          used.set(row.bucket, row.used)
+        }
+        arms.push({ ...r, arm: { ...r.arm, rate: 'scope' }, since: now - periodMs + 1, rlim: most })
+        continue
+      }
+      let use = named.get(bucket)
+      if (use === undefined) {
+        use = this.#on(this.#writer, sql.rateUse).get({ bucket, since: now - periodMs + 1 }) as { used: number; oldest: number | null }
+        named.set(bucket, use)
+        used.set(bucket, use.used)
+        if (this.#on(this.#writer, sql.cooldownOf).get({ key: bucket, now }) !== undefined) cooling.add(bucket)
+      }
+      if (cooling.has(bucket)) continue
+      if (use.used >= most) {
+        this.#full.full(bucket, use.oldest! + periodMs)
+        continue
+      }
+      arms.push({ ...r, arm: { ...r.arm, rate: 'named' }, room: most - use.used })
     }
-    return rows
+    // No rated kind may take a job now: the others' one statement, as without rates.
+    if (arms.length === plan.unrated.length) return plan.plain === undefined ? [] : this.#claimPlain(plan.plain, limit, runnerId, now)
+
+    const params: Record<string, unknown> = { limit, now }
+    arms.forEach((a, i) => {
+      armParams(params, i, a)
+      if (a.room !== undefined) params[`room${i}`] = a.room
+      if (a.since !== undefined) {
+        params[`since${i}`] = a.since
+        params[`rlim${i}`] = a.rlim
+      }
+    })
+    const shape = `candidates:${arms.map((a) => sql.armShape(a.arm)).join(',')}`
+    let statement = this.#claims.get(shape)
+    if (statement === undefined) {
+      statement = this.#writer.prepare(sql.claimCandidates(arms.map((a) => a.arm)))
+      this.#claims.set(shape, statement)
+    }
+    const candidates = statement.all(params) as RateCandidate<number>[]
+    const picks = pickWithinRates({ candidates, rules: plan.limits!, used, cooling, limit })
+    if (picks.length === 0) return []
+    const rows = this.#on(this.#writer, sql.claimPicked).all({ seqs: JSON.stringify(picks.map((p) => p.seq)), runnerId, now }) as ClaimedRow[]
+
+    const kindOf = new Map(candidates.map((c) => [c.seq, c.kind]))
+    const starts: string[] = []
+    const taken = new Map<string, number>()
+    const prune = new Map<string, RatedKind>()
+    for (const p of picks) {
+      const kind = kindOf.get(p.seq)!
+      if (!plan.ratedKinds.has(kind)) continue
+      starts.push(p.bucket)
+      taken.set(p.bucket, (taken.get(p.bucket) ?? 0) + 1)
+      const r = plan.rated.find((x) => x.kind === kind)!
+      prune.set(r.rate.bucket ?? `${kind}@*`, r)
+    }
+    if (starts.length > 0) this.#on(this.#writer, sql.recordStarts).run({ buckets: JSON.stringify(starts), now })
+    for (const [name, r] of prune) {
+      const before = now - ledgerKeepMs(r.rate.periodMs)
+      if (r.rate.bucket === null) this.#on(this.#writer, sql.pruneStartsByScope).run({ kind: r.kind, before })
+      else this.#on(this.#writer, sql.pruneStarts).run({ bucket: name, before })
+    }
+    // A named bucket left without room: its kinds stay out of claims until its oldest claim leaves the window.
+    for (const [bucket, use] of named) {
+      const took = taken.get(bucket) ?? 0
+      const rate = plan.rated.find((x) => x.rate.bucket === bucket)!.rate
+      if (took === 0 || use.used + took < rate.limit) continue
+      this.#full.full(bucket, Math.min(use.oldest ?? now, now) + rate.periodMs)
+    }
+    return inSeqOrder(rows)
+  }
+
+  /** A statement on `db`, prepared at its first use and kept: the statements of rates, cooldowns and the admin reads. */
+  #on(db: Database.Database, text: string): Database.Statement {
+    const statements = db === this.#writer ? this.#writerStatements : this.#readerStatements
+    let statement = statements.get(text)
+    if (statement === undefined) {
+      statement = db.prepare(text)
+      statements.set(text, statement)
+    }
+    return statement
   }
 
   /** The database handed in, or else the writing connection jobtable opened. */
@@ -469,7 +611,7 @@ export class SqliteDriver implements Driver<SqliteDatabase, true> {
   }
 
   async jobInsertMany({ jobs, now }: { jobs: readonly NewJob[]; now: number }): Promise<InsertResult> {
-    if (hasUniqueKey(jobs)) return this.#callerWrite('insert jobs', () => this.#insertManyUnique(jobs, now))
+    if (insertsEach(jobs)) return this.#callerWrite('insert jobs', () => this.#insertManyEach(jobs, now))
     // A single statement is its own transaction: no BEGIN and COMMIT around a lone insert.
     if (jobs.length === 1) return this.#callerWrite('insert jobs', () => this.#insertOne(this.#insert, jobs[0]!, now))
     return this.#callerWrite('insert jobs', () => this.#insertMany(jobs, now))
@@ -483,7 +625,7 @@ export class SqliteDriver implements Driver<SqliteDatabase, true> {
       this.#insertOnTx.set(tx, statements)
     }
     const on = statements
-    if (hasUniqueKey(jobs)) return run('insert job', () => this.#insertEach(on, jobs, now))
+    if (insertsEach(jobs)) return run('insert job', () => this.#insertEach(on, jobs, now))
     run('insert job', () => {
       for (const job of jobs) this.#insertOne(on.insert, job, now)
     })
@@ -492,13 +634,16 @@ export class SqliteDriver implements Driver<SqliteDatabase, true> {
   /**
    * Inserts each job in turn on `on`'s connection, within the transaction
    * the caller holds: a job with a unique key through insertUniqueJob,
-   * and when a live job holds the key, that job's id in the result. SQLite
-   * serializes writers, so the holder read in the same transaction is the
-   * job that refused the insert.
+   * and when a live job holds the key, that job's id in the result; a
+   * fair job with its position (insertFairJob), its lane moved past it
+   * only when it was stored. SQLite serializes writers, so the holder
+   * read in the same transaction is the job that refused the insert, and
+   * no other insert of the lane comes between its read and its move.
    */
   #insertEach(on: InsertStatements, jobs: readonly NewJob[], now: number): (string | null)[] {
     return jobs.map((job) => {
-      if (job.uniqueKey === undefined || job.uniqueKey === null) {
+      const unique = job.uniqueKey !== undefined && job.uniqueKey !== null
+      if (!unique && job.fair !== true) {
         this.#insertOne(on.insert, job, now)
         return null
       }
@@ -513,11 +658,17 @@ export class SqliteDriver implements Driver<SqliteDatabase, true> {
         maxAttempts: job.maxAttempts,
         timeoutMs: job.timeoutMs,
         requeueInterrupted: job.requeueInterrupted ? 1 : 0,
-        uniqueKey: job.uniqueKey,
+        uniqueKey: unique ? job.uniqueKey : null,
         traceContext: job.traceContext ?? null,
       }
-      if (on.unique.run(params).changes === 1) return null
-      const holder = on.holder.get({ kind: job.kind, scope: job.scope, uniqueKey: job.uniqueKey }) as { id: string } | undefined
+      if (job.fair === true) {
+        const stored = on.fair.get(params) as { seq: number; pos: number } | undefined
+        if (stored !== undefined) {
+          on.lane.run({ kind: job.kind, scope: job.scope, pos: stored.pos, seq: stored.seq })
+          return null
+        }
+      } else if (on.unique.run(params).changes === 1) return null
+      const holder = unique ? (on.holder.get({ kind: job.kind, scope: job.scope, uniqueKey: job.uniqueKey }) as { id: string } | undefined) : undefined
       // Nothing stored and no holder: the id itself collided (74 random bits; never seen).
       if (holder === undefined) throw new DatabaseError('insert job', 'SQLITE_CONSTRAINT_PRIMARYKEY', false)
       return holder.id
@@ -525,7 +676,7 @@ export class SqliteDriver implements Driver<SqliteDatabase, true> {
   }
 
   async jobClaim({ limit, runnerId, kinds, limits, now }: ClaimParams & { now: number }): Promise<ClaimedJob[]> {
-    return this.#write('claim jobs', () => this.#claimRows(limit, runnerId, kinds, limits, now))
+    return this.#write('claim jobs', () => this.#claimRows(limit, runnerId, kinds, limits, now, false))
   }
 
   async jobRelease({ jobs, now }: { jobs: readonly { id: string; attempt: number }[]; now: number }): Promise<void> {
@@ -644,6 +795,34 @@ export class SqliteDriver implements Driver<SqliteDatabase, true> {
 
   async kindsPaused(): Promise<{ kind: string; pausedAt: number }[]> {
     return run('read paused kinds', () => this.#reader.prepare(sql.pausedKinds).all() as { kind: string; pausedAt: number }[])
+  }
+
+  async cooldownList({ now }: { now: number }): Promise<Cooldown[]> {
+    return run('read cooldowns', () => this.#on(this.#reader, sql.cooldownsInForce).all({ now }) as Cooldown[])
+  }
+
+  async cooldownClear({ key }: { key: string }): Promise<boolean> {
+    return this.#callerWrite('clear cooldown', () => this.#on(this.#writer, sql.clearCooldown).run({ key }).changes > 0)
+  }
+
+  async rateUsage({ now, windows }: { now: number; windows: readonly { bucket: string; periodMs: number; perScope: boolean }[] }): Promise<RateUse[]> {
+    return run('read rate use', () => {
+      const uses: RateUse[] = []
+      for (const { bucket, periodMs, perScope } of windows) {
+        const since = now - periodMs + 1
+        if (perScope) {
+          uses.push(...(this.#on(this.#reader, sql.rateUseByScope).all({ kind: bucket, since }) as RateUse[]))
+          continue
+        }
+        const use = this.#on(this.#reader, sql.rateUse).get({ bucket, since }) as { used: number; oldest: number | null }
+        if (use.used > 0) uses.push({ bucket, used: use.used, oldest: use.oldest })
+      }
+      return uses
+    })
+  }
+
+  async jobActivity({ since, scope }: { since: number; scope?: string | null }): Promise<JobActivity[]> {
+    return run('read activity', () => this.#on(this.#reader, sql.jobActivity).all({ since, anyScope: scope === undefined ? 1 : 0, scope: scope ?? null }) as JobActivity[])
   }
 
   async scheduleAdvance({ name, tickAt, jobs, now }: { name: string; tickAt: number; jobs: readonly NewJob[]; now: number }): Promise<ScheduleAdvance> {
@@ -767,6 +946,8 @@ class InsertStatements {
   readonly #db: Database.Database
   #unique: Database.Statement | undefined
   #holder: Database.Statement | undefined
+  #fair: Database.Statement | undefined
+  #lane: Database.Statement | undefined
 
   constructor(db: Database.Database, insert: Database.Statement) {
     this.#db = db
@@ -780,4 +961,73 @@ class InsertStatements {
   get holder(): Database.Statement {
     return (this.#holder ??= this.#db.prepare(sql.uniqueHolder))
   }
+
+  get fair(): Database.Statement {
+    return (this.#fair ??= this.#db.prepare(sql.insertFairJob))
+  }
+
+  get lane(): Database.Statement {
+    return (this.#lane ??= this.#db.prepare(sql.advanceLane))
+  }
+}
+
+/**
+ * Whether a batch is inserted one job at a time (insertEach): some job
+ * has a unique key or a fair position to take. One pass, as a check for
+ * unique keys alone would make: a batch of neither pays nothing more.
+ */
+function insertsEach(jobs: readonly NewJob[]): boolean {
+  for (const job of jobs) if ((job.uniqueKey !== undefined && job.uniqueKey !== null) || job.fair === true) return true
+  return false
+}
+
+/** A claimed row as the claim statements return it: the job, and its seq to order by. */
+type ClaimedRow = ClaimedJob & { seq: number }
+
+/** RETURNING promises no order; workers start oldest first. */
+function inSeqOrder(rows: ClaimedRow[]): ClaimedJob[] {
+  for (let i = 1; i < rows.length; i++) {
+    if (rows[i - 1]!.seq > rows[i]!.seq) return rows.sort((a, b) => a.seq - b.seq)
+  }
+  return rows
+}
+
+/** One of a runner's kinds in its claim plan, with its rule (undefined: none) and arm. */
+interface PlannedKind {
+  readonly kind: string
+  readonly rule: KindRule | undefined
+  readonly arm: sql.ClaimArm
+}
+
+/** A kind with a rate rule. */
+interface RatedKind extends PlannedKind {
+  readonly rule: KindRule
+  readonly rate: RateRule
+}
+
+/** How a kinds array is claimed: made once per array and limits (see #planOf). */
+interface ClaimPlan {
+  readonly limits: ClaimParams['limits']
+  /** sql.claimJobs for the kinds without a rate rule, with its parameters; undefined when every kind has one. */
+  readonly plain: { readonly statement: Database.Statement; readonly params: Record<string, unknown> } | undefined
+  readonly unrated: readonly PlannedKind[]
+  readonly rated: readonly RatedKind[]
+  readonly ratedKinds: ReadonlySet<string>
+}
+
+/** A kind's arm: its caps (a rule with neither cap is free) and its order. */
+function armOf(rule: KindRule | undefined): sql.ClaimArm {
+  if (rule === undefined) return FREE_ARM
+  const cap = rule.scopeConcurrency !== null && rule.scopeConcurrency !== undefined ? 'scoped' : rule.concurrency !== null && rule.concurrency !== undefined ? 'capped' : 'free'
+  return cap === 'free' && rule.fair !== true ? FREE_ARM : { cap, fair: rule.fair === true }
+}
+
+const FREE_ARM: sql.ClaimArm = { cap: 'free', fair: false }
+
+/** Sets the parameters of arm `i`: its kind @k{i}, and its caps @cap{i} and @scap{i} when it has any. */
+function armParams(params: Record<string, unknown>, i: number, { kind, rule, arm }: PlannedKind): void {
+  params[`k${i}`] = kind
+  if (arm.cap === 'free') return
+  params[`cap${i}`] = rule!.concurrency ?? UNLIMITED
+  if (arm.cap === 'scoped') params[`scap${i}`] = rule!.scopeConcurrency
 }

@@ -224,6 +224,38 @@ export const MIGRATIONS: readonly { version: number; sql: string; compatibleFrom
       ALTER TABLE jobtable_runners ADD COLUMN version TEXT;
     `,
   },
+  {
+    version: 14,
+    // Adds tables, a nullable column and an index: code of schema 12 runs on it and ignores them.
+    compatibleFrom: 12,
+    sql: `
+      -- Rate limits: one row per claim of a rate-limited kind, in its
+      -- bucket, at the claim's time. A claim counts the rows of the
+      -- bucket's window (a sliding window) in its own transaction and
+      -- deletes the rows long past it.
+      CREATE TABLE jobtable_rate_starts (bucket TEXT NOT NULL, at INTEGER NOT NULL) STRICT;
+      CREATE INDEX jobtable_rate_starts_bucket ON jobtable_rate_starts (bucket, at);
+      -- Cooldowns: no claim takes a job of the bucket (or kind) named
+      -- key before until, whichever process claims.
+      CREATE TABLE jobtable_cooldowns (key TEXT NOT NULL PRIMARY KEY, until INTEGER NOT NULL, set_at INTEGER NOT NULL) STRICT, WITHOUT ROWID;
+      -- Fair claims: each lane (a fair kind's scope, '' for unscoped
+      -- jobs) gives its jobs positions from next_pos on; last_seq is
+      -- the lane's latest job, whose leaving the queue makes it idle.
+      CREATE TABLE jobtable_fair_lanes (
+        kind     TEXT    NOT NULL,
+        scope    TEXT    NOT NULL,
+        next_pos INTEGER NOT NULL,
+        last_seq INTEGER NOT NULL,
+        PRIMARY KEY (kind, scope)
+      ) STRICT, WITHOUT ROWID;
+      -- A fair job's position in its kind's turn order; NULL for others.
+      ALTER TABLE jobtable_jobs ADD COLUMN fair_pos INTEGER;
+      -- A fair kind's claim walks this: by priority, then position. It
+      -- holds only positioned queued jobs, so other kinds pay nothing.
+      CREATE INDEX jobtable_jobs_fair ON jobtable_jobs (kind, priority DESC, fair_pos, seq)
+        WHERE status = 'queued' AND fair_pos IS NOT NULL;
+    `,
+  },
 ]
 
 /** The schema version this jobtable writes. */

@@ -50,21 +50,77 @@ export const uniqueHolder = `
    WHERE kind = @kind AND coalesce(scope, '') = coalesce(@scope, '') AND unique_key = @uniqueKey
      AND unique_key IS NOT NULL AND status IN ('scheduled', 'queued', 'running')`
 
+/**
+ * A fair job's position in its lane (@kind, scope @scope): `vnow`, the
+ * position of the head of the kind's fair queue at the job's priority
+ * (index jobtable_jobs_fair, 0 when none is queued: positions are only
+ * compared within a priority, so a job of a higher one must not move a
+ * newcomer behind the backlog of its own), for a lane that is idle
+ * (no row, or its latest job no longer queued); otherwise the lane's
+ * next position, never behind vnow. A lane that keeps jobs queued thus
+ * takes one position per job, and one that comes back takes its turn
+ * from the head, not from behind the backlog of the others.
+ */
+const FAIR_POSITION = `
+  SELECT CASE WHEN l.last_seq IS NULL OR coalesce((SELECT j.status FROM jobtable_jobs j WHERE j.seq = l.last_seq), '') <> 'queued'
+              THEN v.vnow ELSE max(l.next_pos, v.vnow) END
+    FROM (SELECT coalesce((SELECT h.fair_pos FROM jobtable_jobs h
+                            WHERE h.status = 'queued' AND h.kind = @kind AND h.priority = @priority AND h.fair_pos IS NOT NULL
+                            ORDER BY h.fair_pos, h.seq LIMIT 1), 0) AS vnow) v
+    LEFT JOIN jobtable_fair_lanes l ON l.kind = @kind AND l.scope = coalesce(@scope, '')`
+
+/**
+ * insertUniqueJob for a job of a fair kind (NewJob.fair), with its
+ * position (FAIR_POSITION); @uniqueKey NULL for none. Returns the stored
+ * job's seq and position, nothing when it was not stored (a unique key
+ * held): the caller then moves its lane (advanceLane) only for a stored
+ * one, in the same transaction.
+ */
+export const insertFairJob = `
+  INSERT INTO jobtable_jobs (id, kind, payload, scope, created_at, updated_at, priority, run_at, status,
+                             max_attempts, timeout_ms, requeue_interrupted, unique_key, trace_context, fair_pos)
+  VALUES (@id, @kind, @payload, @scope, @now, @now, @priority, @runAt,
+          CASE WHEN @runAt > @now THEN 'scheduled' ELSE 'queued' END,
+          @maxAttempts, @timeoutMs, @requeueInterrupted, @uniqueKey, @traceContext, (${FAIR_POSITION}))
+  ON CONFLICT DO NOTHING
+  RETURNING seq, fair_pos AS pos`
+
+/** Moves a lane past the position @pos its job @seq took. */
+export const advanceLane = `
+  INSERT INTO jobtable_fair_lanes (kind, scope, next_pos, last_seq) VALUES (@kind, coalesce(@scope, ''), @pos + 1, @seq)
+  ON CONFLICT (kind, scope) DO UPDATE SET next_pos = excluded.next_pos, last_seq = excluded.last_seq`
+
 /** The most rows one insertJobs statement takes; a bigger batch is written in chunks. */
 export const INSERT_ROWS_MAX = 50
 
 /**
- * How each of a runner's kinds is claimed: `free` (no limit), `capped` (a
- * `concurrency` limit) or `scoped` (a `scopeConcurrency` limit, and a
- * `concurrency` one when set).
+ * How one of a runner's kinds is claimed: `cap` is `free` (no limit),
+ * `capped` (a `concurrency` limit) or `scoped` (a `scopeConcurrency`
+ * limit, and a `concurrency` one when set); `fair` takes its jobs in fair
+ * order (priority, then fair_pos, unpositioned first, then seq) instead
+ * of oldest first. `rate` marks a rated kind's arm in a rated claim
+ * (claimCandidates): `named`, one bucket with @room{i} claims left (read
+ * by the driver, which leaves out a bucket cooling or spent); `scope`,
+ * one bucket per scope of @rlim{i} claims per window from @since{i}, the
+ * scopes cooling or spent passed over here.
  */
-export type ClaimArm = 'free' | 'capped' | 'scoped'
+export interface ClaimArm {
+  readonly cap: 'free' | 'capped' | 'scoped'
+  readonly fair: boolean
+  readonly rate?: 'named' | 'scope'
+}
+
+/** A name for an arm's shape, for caching statements by their arms. */
+export function armShape(arm: ClaimArm): string {
+  return `${arm.cap}${arm.fair ? '/fair' : ''}${arm.rate === undefined ? '' : `/${arm.rate}`}`
+}
 
 /**
- * How many queued jobs of a kind with a scope limit one claim looks at,
- * past those of scopes already at their limit. Bounds the claim's cost;
- * a claim still takes at least one job whenever some scope has room, so
- * the scopes beyond this window are reached by the claims after it.
+ * How many queued jobs of a kind with a scope limit (or a rate limit per
+ * scope) one claim looks at, past those of scopes already at their
+ * limit. Bounds the claim's cost; a claim still takes at least one job
+ * whenever some scope has room, so the scopes beyond this window are
+ * reached by the claims after it.
  */
 export const SCOPED_SCAN = 1000
 
@@ -73,67 +129,206 @@ function notPaused(k: string): string {
   return `NOT EXISTS (SELECT 1 FROM jobtable_paused_kinds WHERE kind = ${k})`
 }
 
+/** Whether no cooldown of `key` (a parameter: an unrated kind's name) is in force at @now: a lookup by primary key, as notPaused. */
+function notCooling(key: string): string {
+  return `NOT EXISTS (SELECT 1 FROM jobtable_cooldowns WHERE key = ${key} AND until > @now)`
+}
+
 /** The running jobs of kind @k{i}: the running index holds only running rows, as many as there are workers. */
 function runningOf(i: number): string {
   return `(SELECT count(*) FROM jobtable_jobs WHERE status = 'running' AND kind = @k${i})`
 }
 
-/**
- * The queued jobs one kind may contribute to a claim, best first: the head
- * of its queue in the index jobtable_jobs_queued (kind, priority DESC,
- * seq). A `capped` kind contributes no more than its cap @cap{i} less its
- * running jobs, counted in the same statement. A `scoped` one skips the
- * jobs of scopes at their cap @scap{i}, ranks the rest within each scope,
- * and takes a job only while its rank plus its scope's running count stays
- * within the cap.
- */
-function claimArm(arm: ClaimArm, i: number): string {
-  const k = `@k${i}`
-  if (arm === 'free') return `SELECT seq, priority FROM jobtable_jobs WHERE status = 'queued' AND kind = ${k} AND ${notPaused(k)} ORDER BY priority DESC, seq LIMIT @limit`
-  const cap = `max(0, min(@limit, @cap${i} - ${runningOf(i)}))`
-  if (arm === 'capped') return `SELECT seq, priority FROM jobtable_jobs WHERE status = 'queued' AND kind = ${k} AND ${notPaused(k)} ORDER BY priority DESC, seq LIMIT ${cap}`
-  return `SELECT seq, priority FROM (
-            SELECT q.seq, q.priority, q.busy, ROW_NUMBER() OVER (PARTITION BY q.scope ORDER BY q.priority DESC, q.seq) AS rank
-              FROM (SELECT c.seq, c.priority, c.scope, coalesce(b.n, 0) AS busy
-                      FROM jobtable_jobs c
-                      LEFT JOIN (SELECT scope, count(*) AS n FROM jobtable_jobs WHERE status = 'running' AND kind = ${k} GROUP BY scope) b
-                        ON b.scope IS c.scope
-                     WHERE c.status = 'queued' AND c.kind = ${k} AND ${notPaused(k)} AND coalesce(b.n, 0) < @scap${i}
-                     ORDER BY c.priority DESC, c.seq LIMIT ${SCOPED_SCAN}) q)
-          WHERE rank + busy <= @scap${i}
-          ORDER BY priority DESC, seq LIMIT ${cap}`
+/** The per-scope bucket of a job `c` of kind `k` (a parameter), as rateBucket names it: `<kind>@<scope>`. */
+function scopeBucket(k: string, c: string): string {
+  return `${k} || '@' || coalesce(${c}.scope, '')`
 }
+
+/** Keys from `<kind>@` up to, not including, `<kind>A` ('A' follows '@'): every per-scope bucket of the kind, a range of an index. */
+function scopeBuckets(column: string, k: string): string {
+  return `${column} >= ${k} || '@' AND ${column} < ${k} || 'A'`
+}
+
+/**
+ * The queued jobs one kind may contribute to a claim, best first, as
+ * rows (seq, priority, fair_pos, scope): the head of its queue in the
+ * index jobtable_jobs_queued (kind, priority DESC, seq), or for a fair
+ * kind in jobtable_jobs_fair (kind, priority DESC, fair_pos, seq) with
+ * the unpositioned jobs among the first of the queued index (jobs
+ * enqueued before the kind was fair, which are the oldest). A `capped`
+ * kind contributes no more than its cap @cap{i} less its running jobs,
+ * counted in the same statement. A `scoped` one (or one rated per scope)
+ * skips the jobs of scopes at their cap @scap{i} (or cooling, or with no
+ * room left in their window), ranks the rest within each scope, and
+ * takes a job only while its rank plus its scope's running count (and
+ * its claims in the window) stays within the limit.
+ */
+function claimArm(arm: ClaimArm, i: number, withScope: boolean): string {
+  const k = `@k${i}`
+  // Without the scope, the head of a free kind's queue is read from its index alone.
+  const sc = withScope ? 'scope' : 'NULL AS scope'
+  let take = arm.cap === 'free' ? '@limit' : `max(0, min(@limit, @cap${i} - ${runningOf(i)}))`
+  if (arm.rate === 'named') take = `min(${take}, @room${i})`
+  // A rated kind's cooldown is its bucket's, read by the driver (named) or below (per scope).
+  const filter = (c: string) => `${c}status = 'queued' AND ${c}kind = ${k} AND ${notPaused(k)}${arm.rate === undefined ? ` AND ${notCooling(k)}` : ''}`
+  const order = (c: string) => (arm.fair ? `${c}priority DESC, ${c}fair_pos, ${c}seq` : `${c}priority DESC, ${c}seq`)
+  const fairPos = arm.fair ? 'fair_pos' : 'NULL AS fair_pos'
+  if (arm.cap !== 'scoped' && arm.rate !== 'scope') {
+    if (!arm.fair) return `SELECT seq, priority, ${fairPos}, ${sc} FROM jobtable_jobs WHERE ${filter('')} ORDER BY ${order('')} LIMIT ${take}`
+    return `SELECT seq, priority, fair_pos, scope FROM (
+              SELECT seq, priority, fair_pos, ${sc} FROM jobtable_jobs WHERE ${filter('')} AND fair_pos IS NOT NULL ORDER BY ${order('')} LIMIT ${take})
+            UNION ALL
+            SELECT seq, priority, fair_pos, scope FROM (
+              SELECT seq, priority, fair_pos, ${sc} FROM jobtable_jobs WHERE ${filter('')} ORDER BY priority DESC, seq LIMIT ${take})
+             WHERE fair_pos IS NULL
+            ORDER BY ${order('')} LIMIT ${take}`
+  }
+  const scoped = arm.cap === 'scoped'
+  const perScope = arm.rate === 'scope'
+  const joins = [
+    // INDEXED BY: left to itself, the planner reads the scope index, every job of the table, to save sorting a few running rows (300 ms for 200,000 jobs).
+    scoped
+      ? `LEFT JOIN (SELECT scope, count(*) AS n FROM jobtable_jobs INDEXED BY jobtable_jobs_running WHERE status = 'running' AND kind = ${k} GROUP BY scope) b
+           ON b.scope IS c.scope`
+      : '',
+    perScope
+      ? `LEFT JOIN (SELECT bucket, count(*) AS n FROM jobtable_rate_starts WHERE ${scopeBuckets('bucket', k)} AND at >= @since${i} GROUP BY bucket) u
+           ON u.bucket = ${scopeBucket(k, 'c')}`
+      : '',
+  ].join(' ')
+  const room = [
+    scoped ? `coalesce(b.n, 0) < @scap${i}` : '',
+    perScope
+      ? `coalesce(u.n, 0) < @rlim${i} AND ${scopeBucket(k, 'c')} NOT IN (SELECT key FROM jobtable_cooldowns WHERE ${scopeBuckets('key', k)} AND until > @now)`
+      : '',
+  ]
+    .filter((w) => w !== '')
+    .join(' AND ')
+  const columns = `c.seq, c.priority, ${arm.fair ? 'c.fair_pos' : 'NULL AS fair_pos'}, c.scope, ${scoped ? 'coalesce(b.n, 0)' : '0'} AS busy, ${perScope ? 'coalesce(u.n, 0)' : '0'} AS used`
+  const window = arm.fair
+    ? `SELECT * FROM (SELECT ${columns} FROM jobtable_jobs c ${joins} WHERE ${filter('c.')} AND c.fair_pos IS NOT NULL AND ${room} ORDER BY ${order('c.')} LIMIT ${SCOPED_SCAN})
+       UNION ALL
+       SELECT * FROM (SELECT ${columns} FROM jobtable_jobs c ${joins} WHERE ${filter('c.')} AND ${room} ORDER BY c.priority DESC, c.seq LIMIT @limit) WHERE fair_pos IS NULL`
+    : `SELECT ${columns} FROM jobtable_jobs c ${joins} WHERE ${filter('c.')} AND ${room} ORDER BY ${order('c.')} LIMIT ${SCOPED_SCAN}`
+  const within = [scoped ? `rank + busy <= @scap${i}` : '', perScope ? `rank + used <= @rlim${i}` : ''].filter((w) => w !== '').join(' AND ')
+  return `SELECT seq, priority, fair_pos, scope FROM (
+            SELECT q.*, ROW_NUMBER() OVER (PARTITION BY q.scope ORDER BY ${order('q.')}) AS rank FROM (${window}) q)
+          WHERE ${within}
+          ORDER BY ${order('')} LIMIT ${take}`
+}
+
+/**
+ * An arm's rows with the key the claim merges the arms by, within a
+ * priority (`mkey`): its seq for a kind taken oldest first. A fair
+ * kind's rows are in fair order, not seq order: each gets the seq of the
+ * same rank among its rows by age, so the merge keeps the kind's own
+ * order and still places the kind among the others by the age of what
+ * it takes.
+ */
+function mergeable(arm: ClaimArm, i: number, merged: boolean, withScope: boolean): string {
+  const rows = claimArm(arm, i, withScope)
+  if (!arm.fair || !merged) return `SELECT seq, priority, seq AS mkey, scope FROM (${rows})`
+  return `WITH a AS MATERIALIZED (${rows})
+          SELECT f.seq, f.priority, s.seq AS mkey, f.scope
+            FROM (SELECT seq, priority, scope, ROW_NUMBER() OVER (PARTITION BY priority ORDER BY fair_pos, seq) AS r FROM a) f
+            JOIN (SELECT seq, priority, ROW_NUMBER() OVER (PARTITION BY priority ORDER BY seq) AS r FROM a) s
+              ON s.priority = f.priority AND s.r = f.r`
+}
+
+/** How a claim marks its jobs running, and what it returns of each. */
+const CLAIM_SET = `status = 'running', attempt = attempt + 1, runner_id = @runnerId,
+         started_at = max(@now, coalesce(run_at, @now)), updated_at = @now`
+const CLAIM_RETURNING = `seq, id, kind, payload, attempt, max_attempts AS maxAttempts, timeout_ms AS timeoutMs, scope, trace_context AS traceContext,
+            max(created_at, coalesce(run_at, 0)) AS readyAt`
 
 /**
  * One statement claims jobs for every idle worker, of the runner's kinds
  * only, one arm per kind (parameters @k0, @k1, ..., with @cap{i} and
  * @scap{i} for limited kinds; prepared once per runner). Each arm reads
  * the head of its own kind's queue in the index jobtable_jobs_queued
- * (kind, priority DESC, seq), and the heads are merged by priority, then
- * seq: a backlog of a kind the runner does not take, or may not take more
- * of (at its limit), is never read past. SQLite serializes writers, so no
+ * (kind, priority DESC, seq), or jobtable_jobs_fair for a fair kind, and
+ * the heads are merged by priority, then seq (a fair kind's merge key,
+ * see mergeable): a backlog of a kind the runner does not take, or may
+ * not take more of (at its limit), is never read past. SQLite serializes writers, so no
  * other claim can come between the counts of running jobs and the update:
  * no job is claimed twice and no limit is exceeded. A paused kind
- * (jobtable_paused_kinds) gives none. started_at is never
- * before the job's due time: the claimer's clock reading may trail the
- * promotion another process made. readyAt is when the job became
- * claimable (its due time, or its enqueue), for the wait the runner
- * reports.
+ * (jobtable_paused_kinds), or one cooling down (jobtable_cooldowns, the
+ * kind's name: these arms are of kinds without a rate rule), gives none.
+ * started_at is never before the job's due time: the claimer's clock
+ * reading may trail the promotion another process made. readyAt is when
+ * the job became claimable (its due time, or its enqueue), for the wait
+ * the runner reports.
  */
-export function claimJobs(arms: readonly ClaimArm[]): string {
+export function claimJobs(given: readonly (ClaimArm | ClaimArm['cap'])[]): string {
+  // A cap's name alone is that cap's arm, oldest first (the benchmarks' floor uses the library's statement so).
+  const arms = given.map((arm): ClaimArm => (typeof arm === 'string' ? { cap: arm, fair: false } : arm))
   const candidates =
-    arms.length === 1 && arms[0] === 'free'
-      ? `SELECT seq FROM jobtable_jobs WHERE status = 'queued' AND kind = @k0 AND ${notPaused('@k0')} ORDER BY priority DESC, seq LIMIT @limit`
-      : `SELECT seq FROM (${arms.map((arm, i) => `SELECT * FROM (${claimArm(arm, i)})`).join('\n UNION ALL ')})
-          ORDER BY priority DESC, seq LIMIT @limit`
+    arms.length === 1 && arms[0]!.cap === 'free' && !arms[0]!.fair
+      ? `SELECT seq FROM jobtable_jobs WHERE status = 'queued' AND kind = @k0 AND ${notPaused('@k0')} AND ${notCooling('@k0')} ORDER BY priority DESC, seq LIMIT @limit`
+      : `SELECT seq FROM (${arms.map((arm, i) => `SELECT * FROM (${mergeable(arm, i, arms.length > 1, false)})`).join('\n UNION ALL ')})
+          ORDER BY priority DESC, mkey LIMIT @limit`
   return `
   UPDATE jobtable_jobs
-     SET status = 'running', attempt = attempt + 1, runner_id = @runnerId,
-         started_at = max(@now, coalesce(run_at, @now)), updated_at = @now
+     SET ${CLAIM_SET}
    WHERE seq IN (${candidates})
-  RETURNING seq, id, kind, payload, attempt, max_attempts AS maxAttempts, timeout_ms AS timeoutMs, trace_context AS traceContext,
-            max(created_at, coalesce(run_at, 0)) AS readyAt`
+  RETURNING ${CLAIM_RETURNING}`
 }
+
+/**
+ * A rated claim's candidates (see DriverHotPath.jobClaim and
+ * src/rate-limit.ts): what claimJobs's arms would take, rated kinds'
+ * arms included, with each job's kind and scope, best first (priority,
+ * then the merge key of mergeable). The driver picks from them with
+ * pickWithinRates and marks its picks with claimPicked, in the same
+ * transaction.
+ */
+export function claimCandidates(arms: readonly ClaimArm[]): string {
+  return `
+  SELECT seq, kind, scope, priority FROM (${arms.map((arm, i) => `SELECT seq, priority, mkey, scope, @k${i} AS kind FROM (${mergeable(arm, i, arms.length > 1, true)})`).join('\n UNION ALL ')})
+   ORDER BY priority DESC, mkey`
+}
+
+/** Marks the queued jobs @seqs (a JSON array, picked by a rated claim in this transaction) running, as claimJobs does. */
+export const claimPicked = `
+  UPDATE jobtable_jobs
+     SET ${CLAIM_SET}
+   WHERE seq IN (SELECT value FROM json_each(@seqs)) AND status = 'queued'
+  RETURNING ${CLAIM_RETURNING}`
+
+/** A named bucket's claims at or after @since (later ones included: another process's clock may run ahead), and the earliest. */
+export const rateUse = `SELECT count(*) AS used, min(at) AS oldest FROM jobtable_rate_starts WHERE bucket = @bucket AND at >= @since`
+
+/** As rateUse for each of a kind's per-scope buckets (`<kind>@<scope>`) with claims in the window. */
+export const rateUseByScope = `
+  SELECT bucket, count(*) AS used, min(at) AS oldest FROM jobtable_rate_starts
+   WHERE ${scopeBuckets('bucket', '@kind')} AND at >= @since
+   GROUP BY bucket`
+
+/** One claim record per bucket of @buckets (a JSON array, a bucket once per job claimed), at @now. */
+export const recordStarts = `INSERT INTO jobtable_rate_starts (bucket, at) SELECT value, @now FROM json_each(@buckets)`
+
+/** Deletes a named bucket's claim records from before @before, long past its window (ledgerKeepMs). */
+export const pruneStarts = `DELETE FROM jobtable_rate_starts WHERE bucket = @bucket AND at < @before`
+
+/** As pruneStarts for every per-scope bucket of @kind. */
+export const pruneStartsByScope = `DELETE FROM jobtable_rate_starts WHERE ${scopeBuckets('bucket', '@kind')} AND at < @before`
+
+/** The cooldown of @key in force at @now, if any. */
+export const cooldownOf = `SELECT until FROM jobtable_cooldowns WHERE key = @key AND until > @now`
+
+/**
+ * Records a cooldown of @key until @until, or extends the one recorded
+ * (never shortens it: a cooldown ends at the later of the two).
+ */
+export const upsertCooldown = `
+  INSERT INTO jobtable_cooldowns (key, until, set_at) VALUES (@key, @until, @now)
+  ON CONFLICT (key) DO UPDATE SET until = max(until, excluded.until),
+                                  set_at = CASE WHEN excluded.until > until THEN excluded.set_at ELSE set_at END`
+
+/** The cooldowns in force at @now, by key. */
+export const cooldownsInForce = `SELECT key, until FROM jobtable_cooldowns WHERE until > @now ORDER BY key`
+
+export const clearCooldown = `DELETE FROM jobtable_cooldowns WHERE key = @key`
 
 /**
  * Puts back the jobs running under @runnerId that it does not hold (@keep,
@@ -409,6 +604,25 @@ export const listJobs = `
      AND (@kind IS NULL OR kind = @kind)
    ORDER BY seq DESC
    LIMIT @limit`
+
+/**
+ * The jobs (of @scope unless @anyScope = 1) that finished at or after
+ * @since, by minute and status. It jumps from one kind to the next in
+ * the index jobtable_jobs_terminal (kind, status, finished_at), as
+ * finishedKinds does, and reads each kind's and status's range from
+ * @since: the jobs of the last hour, not every finished one.
+ */
+export const jobActivity = `
+  WITH RECURSIVE finished(kind) AS (
+    SELECT min(kind) FROM jobtable_jobs WHERE ${TERMINAL}
+    UNION ALL
+    SELECT (SELECT min(kind) FROM jobtable_jobs WHERE ${TERMINAL} AND kind > finished.kind) FROM finished WHERE finished.kind IS NOT NULL
+  )
+  SELECT (j.finished_at / 60000) * 60000 AS minute, j.status AS status, count(*) AS count
+    FROM finished f JOIN jobtable_jobs j ON j.kind = f.kind
+   WHERE f.kind IS NOT NULL AND j.${TERMINAL} AND j.finished_at >= @since AND (@anyScope = 1 OR j.scope IS @scope)
+   GROUP BY minute, j.status
+   ORDER BY minute, j.status`
 
 /** Pauses a kind for every process on the file; a kind already paused keeps its first time. */
 export const pauseKind = `INSERT INTO jobtable_paused_kinds (kind, paused_at) VALUES (@kind, @now) ON CONFLICT (kind) DO NOTHING`

@@ -209,6 +209,8 @@ export class KitDriver<D extends Driver> {
       // A resumed kind's queued jobs become runnable; a paused one's stop being so.
       kindPause: (params: Parameters<Driver['kindPause']>[0]) => tell(() => real.kindPause(params)),
       kindResume: (params: Parameters<Driver['kindResume']>[0]) => tell(() => real.kindResume(params)),
+      // A cleared cooldown lets the jobs it held start. (The other reads of rate limits and cooldowns pass through as they are.)
+      cooldownClear: (params: Parameters<Driver['cooldownClear']>[0]) => tell(() => real.cooldownClear(params)),
       jobFailInterrupted: (params: Parameters<Driver['jobFailInterrupted']>[0]) => tell(() => real.jobFailInterrupted(params)),
       jobFailUnserved: (params: Parameters<Driver['jobFailUnserved']>[0]) => tell(() => real.jobFailUnserved(params)),
     }

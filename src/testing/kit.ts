@@ -3,13 +3,13 @@ import { mkdtempSync, rmSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import type { StandardSchemaV1 } from '@standard-schema/spec'
-import type { ClaimedJob, Driver } from '../driver.js'
+import type { ClaimedJob, Cooldown, Driver } from '../driver.js'
 import { ConfigError, DatabaseError, InvalidArgumentError, JobNotFoundError, RunnerStateError } from '../errors.js'
 import { JOB_STATUSES, type Job, type JobStatus, type JsonValue } from '../job.js'
 import type { KindDef } from '../kind.js'
 import type { Logger } from '../logger.js'
 import { optionsObject } from '../options.js'
-import { Runner, type Kind, type ListOptions, type RunnerOptions } from '../runner/runner.js'
+import { Runner, type Kind, type ListOptions, type RateLimitState, type RunnerOptions } from '../runner/runner.js'
 import type { SqliteDatabase } from '../sqlite/database.js'
 import type { SqliteDriver } from '../sqlite/driver.js'
 import { TestClock } from './clock.js'
@@ -38,9 +38,12 @@ export interface DrainOptions {
   readonly timeoutMs?: number
   /**
    * Once nothing due is left, move the clock to the next scheduled job's
-   * due time (of a kind this kit handles) and go on, until none is left:
-   * retries, snoozes and delayed follow-ups run too. Default false: a
-   * scheduled job runs only once the clock has reached it.
+   * due time (of a kind this kit handles), or to when a rate limit or a
+   * cooldown lets a held queued job start, whichever comes first, and go
+   * on, until none is left: retries, snoozes, rate-limited jobs and
+   * delayed follow-ups run too. Default false: a scheduled job runs only
+   * once the clock has reached it, and a held one once it has passed its
+   * cooldown or window.
    */
   readonly advance?: boolean
 }
@@ -167,7 +170,12 @@ export interface TestKit<K = undefined, D extends Driver = SqliteDriver> extends
    * the jobs those jobs enqueue too, and scheduled ones once the clock has
    * reached them (`advance` moves it for them). Jobs of a kind this kit
    * has no handler for, or of a paused kind, are not its work: they stay
-   * queued or scheduled. Resolves to each job this drain started, once,
+   * queued or scheduled. Nor are queued jobs that a rate limit or a
+   * cooldown holds back by the kit's clock (a cooldown of their key in
+   * force, `job.rateLimited`'s included; their bucket's window full):
+   * they stay queued until the clock passes the cooldown's end or the
+   * oldest start in the window (`kit.clock.advance(ms)`, then drain
+   * again; `advance` moves it there too). Resolves to each job this drain started, once,
    * in the order it first started, as it stands now. Outside a drain no
    * job starts: a test sees what it enqueued queued.
    */
@@ -435,12 +443,12 @@ class Kit<K, D extends Driver> implements TestKit<K, D> {
       await this.runner.wake()
       await this.#promoteDue()
       const moves = this.#driver.claimMoves
-      const { queued, running, runnable } = await this.#activity()
+      const { queued, running, runnable, release } = await this.#activity()
       // The counts were read while claims may have been moving jobs: they say nothing is running only if no claim moved one meanwhile.
       const quiet = this.#driver.claimsInFlight === 0 && this.#driver.claimMoves === moves
       const queuedCount = Object.values(queued).reduce((a, b) => a + b, 0)
       if (queuedCount === 0 && running === 0 && quiet) {
-        const due = await this.#nextDue(runnable)
+        const due = earliest(await this.#nextDue(runnable), release)
         if (due === null) return
         if (due > this.clock.now()) {
           if (!advance) return
@@ -473,11 +481,13 @@ class Kit<K, D extends Driver> implements TestKit<K, D> {
 
   /**
    * The queued jobs a drain of this kit runs, by kind (those of kinds it
-   * has handlers for and that are not paused: the kinds it may claim),
-   * how many jobs run, and those kinds.
+   * has handlers for and that are not paused: the kinds it may claim,
+   * less those a cooldown or a full rate bucket holds back), how many
+   * jobs run, those kinds, and when the first held job may start (null
+   * when none is held).
    */
-  async #activity(): Promise<{ queued: Record<string, number>; running: number; runnable: ReadonlySet<string> }> {
-    const [counts, paused] = await Promise.all([this.runner.counts(), this.runner.paused()])
+  async #activity(): Promise<{ queued: Record<string, number>; running: number; runnable: ReadonlySet<string>; release: number | null }> {
+    const [counts, paused, cooldowns, limits] = await Promise.all([this.runner.counts(), this.runner.paused(), this.runner.cooldowns(), this.runner.rateLimits()])
     const pausedKinds = new Set(paused.map((p) => p.kind))
     const runnable = new Set(
       this.runner
@@ -491,7 +501,18 @@ class Kit<K, D extends Driver> implements TestKit<K, D> {
       if (status === 'running') running += count
       else if (status === 'queued' && runnable.has(kind)) queued[kind] = count
     }
-    return { queued, running, runnable }
+    let release: number | null = null
+    if (cooldowns.length > 0 || limits.length > 0) {
+      const hold = new Holds(this.clock.now(), cooldowns, limits)
+      for (const kind of Object.keys(queued)) {
+        const held = await hold.kind(kind, queued[kind]!, () => this.#list({ kind, status: 'queued' }))
+        if (held.count === 0) continue
+        release = earliest(release, held.release)
+        queued[kind] = queued[kind]! - held.count
+        if (queued[kind] <= 0) delete queued[kind]
+      }
+    }
+    return { queued, running, runnable, release }
   }
 
   /** The earliest due time of a scheduled job of a kind in `kinds`, or null. */
@@ -656,6 +677,69 @@ class Kit<K, D extends Driver> implements TestKit<K, D> {
   async [Symbol.asyncDispose](): Promise<void> {
     await this.close()
   }
+}
+
+/**
+ * What rate limits and cooldowns hold back at `now`, read as an operator
+ * reads them (runner.cooldowns, runner.rateLimits): a job whose bucket
+ * (rateBucket) cools down or has no room in its window does not start
+ * until the later of the cooldown's end and the window's reopening.
+ */
+class Holds {
+  readonly #now: number
+  readonly #cooling: ReadonlyMap<string, number>
+  readonly #limits: readonly RateLimitState[]
+
+  constructor(now: number, cooldowns: readonly Cooldown[], limits: readonly RateLimitState[]) {
+    this.#now = now
+    this.#cooling = new Map(cooldowns.map((c) => [c.key, c.until]))
+    this.#limits = limits
+  }
+
+  /**
+   * How many of `kind`'s `queued` jobs are held and when the first may
+   * start. A per-scope limit reads the jobs (`queuedJobs`) to know their
+   * scopes; a job whose scope the kit does not know (stored through
+   * another connection) counts as not held.
+   */
+  async kind(kind: string, queued: number, queuedJobs: () => Promise<TestJob[]>): Promise<{ count: number; release: number | null }> {
+    const state = this.#limits.find((l) => l.kinds.includes(kind))
+    if (state === undefined || !state.perScope) {
+      const key = state?.key ?? kind
+      const at = this.#release(key, state, state === undefined ? undefined : { used: state.used, resetAt: state.resetAt })
+      return at === null ? { count: 0, release: null } : { count: queued, release: at }
+    }
+    const prefix = `${kind}@`
+    const full = state.scopes?.some((s) => s.used >= state.limit) ?? false
+    if (!full && ![...this.#cooling.keys()].some((k) => k.startsWith(prefix))) return { count: 0, release: null }
+    let count = 0
+    let release: number | null = null
+    for (const job of await queuedJobs()) {
+      if (job.scope === undefined) continue
+      const scope = job.scope ?? ''
+      const use = state.scopes?.find((s) => s.scope === scope)
+      const at = this.#release(`${prefix}${scope}`, state, use)
+      if (at === null) continue
+      count++
+      release = earliest(release, at)
+    }
+    return { count, release }
+  }
+
+  /** When a job of bucket `key` may start, or null when it may now. */
+  #release(key: string, state: RateLimitState | undefined, use: { used: number; resetAt: number | null } | undefined): number | null {
+    let at: number | null = null
+    const until = this.#cooling.get(key)
+    if (until !== undefined && until > this.#now) at = until
+    // The window counts claims after now - periodMs: the oldest leaves it at resetAt.
+    if (state !== undefined && use !== undefined && use.used >= state.limit && use.resetAt !== null) at = Math.max(at ?? Number.NEGATIVE_INFINITY, Math.max(use.resetAt, this.#now + 1))
+    return at
+  }
+}
+
+function earliest(a: number | null, b: number | null): number | null {
+  if (a === null) return b
+  return b === null ? a : Math.min(a, b)
 }
 
 function drainOptions(options: DrainOptions | undefined, defaults: Required<DrainOptions>, where: string, kind: 'config' | 'argument'): Required<DrainOptions> {

@@ -56,7 +56,7 @@ describe('sqlite: migrations a team owns, and the operator check', () => {
     expect(JSON.parse(behind.stdout)).toMatchObject({ version: 5, expected: SCHEMA_VERSION, state: 'behind', runs: false, drift: [] })
     for (const f of files.slice(5)) execFileSync('sqlite3', [path], { input: readFileSync(join(out, f)) })
     const check = await cli(['migrate', '--check', '-d', path])
-    expect([check.code, JSON.parse(check.stdout)]).toEqual([0, { version: SCHEMA_VERSION, expected: SCHEMA_VERSION, compatibleFrom: SCHEMA_VERSION - 1, state: 'current', runs: true, drift: [], advice: '' }])
+    expect([check.code, JSON.parse(check.stdout)]).toEqual([0, { version: SCHEMA_VERSION, expected: SCHEMA_VERSION, compatibleFrom: 12, state: 'current', runs: true, drift: [], advice: '' }])
     const runner = new Runner({ driver: sqlite({ path, migrate: 'verify' }), logger: silent })
     const echo = runner.register('echo', { payload, handler: () => undefined })
     await runner.start()

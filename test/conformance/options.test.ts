@@ -143,6 +143,16 @@ describe('the runner refuses unknown options, naming the key, and stores nothing
     expect((err as Error).message).toContain('unknown option "handler"')
   })
 
+  it('rateLimit options, and the options of rateLimits, activity and clearCooldown', async () => {
+    const r = fresh()
+    const err = await thrown(() => r.register('echo', { payload, handler: () => undefined, rateLimit: { limit: 1, periodMs: 1_000, per: 'scope' } } as never))
+    expect((err as JobtableError).code).toBe('invalid_registration')
+    expect((err as Error).message).toContain('unknown rateLimit option "per"')
+    expect((await thrown(() => defineKind('echo', { payload, rateLimit: { limit: 1, period: 1_000 } } as never)) as Error).message).toContain('unknown rateLimit option "period"')
+    expectRefusal(await thrown(() => r.activity({ minute: 5 } as never)), 'minute', 'invalid_argument')
+    expect(((await thrown(() => r.clearCooldown('')))) as JobtableError).toMatchObject({ code: 'invalid_argument' })
+  })
+
   it('list, get and stop options', async () => {
     const r = fresh()
     r.register('echo', { payload, handler: () => undefined })

@@ -1,7 +1,7 @@
 import { randomUUID } from 'node:crypto'
 import { setTimeout as delay } from 'node:timers/promises'
 import { afterEach, beforeEach, expect } from 'vitest'
-import type { ClaimParams, ClaimedJob, Driver, InsertResult, JobFinish, JobRow, JobStatus, NewJob, WakeReason } from 'jobtable'
+import type { ClaimParams, ClaimedJob, Driver, InsertResult, JobFinish, JobRow, JobStatus, KindRule, NewJob, WakeReason } from 'jobtable'
 import { newJobId } from '../../src/id.js'
 import type { Backend, Store } from '../support/backends.js'
 import { cancelJob } from '../../src/runner/job-commands.js'
@@ -148,6 +148,16 @@ export function retry(job: Pick<ClaimedJob, 'id' | 'attempt'>, runAt: number, re
 /** A snooze: sent back due at `runAt`, giving back the attempt this claim used. */
 export function snooze(job: Pick<ClaimedJob, 'id' | 'attempt'>, runAt: number): JobFinish {
   return { id: job.id, attempt: job.attempt, status: 'snoozed', result: null, error: null, runAt }
+}
+
+/** A snooze that a handler's `job.rateLimited` ended: sent back due at `runAt`, with the cooldown of `key` until `until` to record. */
+export function rateLimited(job: Pick<ClaimedJob, 'id' | 'attempt'>, runAt: number, key: string, until: number): JobFinish {
+  return { id: job.id, attempt: job.attempt, status: 'snoozed', result: null, error: null, runAt, cooldown: { key, until } }
+}
+
+/** A claim's rules for one or more kinds (ClaimParams.limits): no caps unless given. */
+export function rules(entries: Record<string, Partial<KindRule>>): Map<string, KindRule> {
+  return new Map(Object.entries(entries).map(([kind, rule]) => [kind, { concurrency: null, scopeConcurrency: null, ...rule }]))
 }
 
 /** The job as jobGet reads it in any scope; fails when it is missing. */

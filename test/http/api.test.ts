@@ -262,6 +262,9 @@ describeEachBackend('HTTP API', (backend) => {
     expect(doc.text).not.toContain('hidden')
     expect({ ...doc.json, components: undefined }).toEqual(JSON.parse(JSON.stringify({ ...openApiDocument, components: undefined })))
     expect(Object.keys(doc.json.paths).sort()).toEqual([
+      '/api/v1/activity',
+      '/api/v1/cooldowns',
+      '/api/v1/cooldowns/{key}',
       '/api/v1/jobs',
       '/api/v1/jobs/{id}',
       '/api/v1/jobs/{id}/cancel',
@@ -271,6 +274,7 @@ describeEachBackend('HTTP API', (backend) => {
       '/api/v1/kinds/{kind}/pause',
       '/api/v1/kinds/{kind}/resume',
       '/api/v1/openapi.json',
+      '/api/v1/rate-limits',
       '/api/v1/schedules',
       '/api/v1/stats',
       '/metrics',

@@ -82,6 +82,8 @@ export function conforms(method: string, path: string, status: number, contentTy
   }
   const response = operation.responses[String(status)]
   if (!response) return [`${method} ${template}: status ${status} not documented`]
+  // A documented answer without content (204) must have no body.
+  if (response.content === undefined) return body === '' ? [] : [`${method} ${template} ${status}: a body where none is documented`]
   const media = contentType.split(';')[0]!.trim()
   const content = response.content?.[media]
   if (!content) return [`${method} ${template} ${status}: media type ${media} not documented`]

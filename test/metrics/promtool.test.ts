@@ -4,7 +4,8 @@
  * `promtool check metrics` (test/metrics/promtool.ts), which must exit 0
  * and print nothing, not even a warning. Every jobtable metric family
  * has samples when it is checked (jobs succeeded, failed, retried, timed
- * out, a paused kind's job queued, one scheduled, a failed queue read),
+ * out, a paused kind's job queued, one scheduled, a failed queue read, a
+ * rate-limited kind with a cooldown in force),
  * so a name, type or help line that breaks a rule cannot hide behind an
  * empty family.
  */
@@ -95,12 +96,16 @@ if (promtoolSkipReason !== undefined) {
         handler: act,
       })
       const mails = runner.register('send_mail', { payload: stepPayload, handler: act })
+      // A rate-limited kind whose job ends with the provider's reset an hour ahead: a limit, its use and a cooldown to report.
+      const calls = runner.register('call_model', { payload: stepPayload, rateLimit: { limit: 100, periodMs: 60_000 }, handler: (_p, job) => job.rateLimited(3_600_000) })
       await runner.pause('send_mail')
       await runner.start()
       const ids = await plans.enqueueMany([steps('ok'), steps('declared', 'declared'), steps('throw'), steps('declared', 'ok')])
       // Waits for its deadline's signal, then succeeds at its second attempt.
       ids.push(await plans.enqueue(steps('abort', 'ok'), { timeoutMs: 50 }))
       for (const id of ids) await until(runner, id, (job) => (TERMINAL_STATUSES as readonly string[]).includes(job.status))
+      const cooled = await calls.enqueue(steps('ok'))
+      await until(runner, cooled, (job) => job.status === 'scheduled')
       const paused = await mails.enqueue(steps('ok'))
       await plans.enqueue(steps('ok'), { delayMs: 3_600_000 })
       expect((await runner.get(paused)).status).toBe('queued')
@@ -118,7 +123,10 @@ if (promtoolSkipReason !== undefined) {
       expect(m.value('jobtable_retries_total', { kind: 'plan_week' })).toBe(3)
       expect(m.value('jobtable_timeouts_total', { kind: 'plan_week' })).toBe(1)
       expect(m.value('jobtable_queue_depth', { kind: 'send_mail', status: 'queued' })).toBe(1)
-      expect(m.value('jobtable_queue_depth', { status: 'scheduled' })).toBe(1)
+      expect(m.value('jobtable_queue_depth', { status: 'scheduled' })).toBe(2)
+      expect(m.value('jobtable_rate_limit', { key: 'call_model' })).toBe(100)
+      expect(m.value('jobtable_rate_limit_used', { key: 'call_model' })).toBe(1)
+      expect(m.all('jobtable_cooldown_until_seconds', { key: 'call_model' })).toHaveLength(1)
 
       // Every jobtable family has samples, so each is checked with its samples.
       const families = declaredFamilies(text)
@@ -136,6 +144,9 @@ if (promtoolSkipReason !== undefined) {
           'jobtable_retries_total',
           'jobtable_timeouts_total',
           'jobtable_workers',
+          'jobtable_rate_limit',
+          'jobtable_rate_limit_used',
+          'jobtable_cooldown_until_seconds',
         ].sort(),
       )
       expect(ours.filter((name) => !sampled.has(name))).toEqual([])

@@ -96,7 +96,7 @@ describe.skipIf(skip !== undefined)('postgres: every statement has a client-side
     expect(await driver.jobGet({ id: 'j1' })).toMatchObject({ id: 'j1', status: 'queued' })
     expect(await driver.runnerHeartbeat({ runnerId: 'r', now: 2 })).toBe(true)
     expect(await driver.jobClaim({ limit: 1, runnerId: 'r', kinds: ['echo'], now: 2 })).toEqual([
-      { id: 'j1', kind: 'echo', payload: '{"n":1}', attempt: 1, maxAttempts: 1, timeoutMs: null, traceContext: null, readyAt: 1 },
+      { id: 'j1', kind: 'echo', payload: '{"n":1}', attempt: 1, maxAttempts: 1, timeoutMs: null, scope: null, traceContext: null, readyAt: 1 },
     ])
   })
 

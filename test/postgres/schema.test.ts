@@ -37,7 +37,7 @@ describe.skipIf(skip !== undefined)('postgres: schema and migrations', () => {
       `SELECT table_name AS name FROM information_schema.tables WHERE table_schema = $1 ORDER BY 1`,
       [schema],
     )
-    expect(tables.rows.map((r) => r.name)).toEqual(['jobs', 'migrations', 'paused_kinds', 'runners', 'schedules', 'schema_versions'])
+    expect(tables.rows.map((r) => r.name)).toEqual(['cooldowns', 'fair_lanes', 'jobs', 'migrations', 'paused_kinds', 'rate_starts', 'runners', 'schedules', 'schema_versions'])
   })
 
   it('refuses a schema made by a newer jobtable outside its window, naming both versions, and leaves it untouched', async () => {

@@ -19,6 +19,7 @@ const outcomes: [string, Outcome][] = [
   ['threw', { code: CODE_INTERNAL, reason: 'handler error' }],
   ['timed out (or lingered past its deadline)', { code: CODE_TIMEOUT, reason: 'deadline passed' }],
   ['snoozed', { snoozeMs: 5_000 }],
+  ['rate limited', { rateLimited: { key: 'provider:openai', until: NOW + 7_000 } }],
 ]
 
 const booleans = [false, true]
@@ -27,11 +28,16 @@ const booleans = [false, true]
 function expected(outcome: Outcome, asked: RunAsked, retried: boolean, attemptsLeft: boolean): RunEnd {
   // A run stop() stopped waiting for writes nothing: the job fails as interrupted at the next start.
   if (asked.abandoned) return { type: 'interrupted', why: 'abandoned' }
-  // A cancelled job ends cancelled whatever its handler did, keeping a result it returned.
-  if (asked.cancelled) return { type: 'cancelled', result: 'result' in outcome ? outcome.result : null }
+  // A cancelled job ends cancelled whatever its handler did, keeping a result it returned, and the provider's reset it reported.
+  if (asked.cancelled) {
+    if ('rateLimited' in outcome) return { type: 'cancelled', result: null, cooldown: outcome.rateLimited }
+    return { type: 'cancelled', result: 'result' in outcome ? outcome.result : null }
+  }
   if ('result' in outcome) return { type: 'succeeded', result: outcome.result }
   // A snooze gives its attempt back, even while stopping: it is the handler's own answer.
   if ('snoozeMs' in outcome) return { type: 'snoozed', runAt: NOW + outcome.snoozeMs }
+  // So does a rate limit, due at the cooldown's end, which its write records.
+  if ('rateLimited' in outcome) return { type: 'snoozed', runAt: outcome.rateLimited.until, cooldown: outcome.rateLimited }
   // A failure during shutdown is most likely the stop's own abort: it must not use up the job.
   if (asked.stopping) return { type: 'interrupted', why: 'stopping' }
   if (retried && attemptsLeft) return { type: 'retry', code: outcome.code, reason: outcome.reason, runAt: NOW + BACKOFF }
@@ -63,5 +69,13 @@ describe('finishOf: one final write per end, in the driver’s vocabulary', () =
     expect(finishOf({ type: 'retry', code: 'x', reason: 'r', runAt: 9 }, 'j', 3)).toEqual({ id: 'j', attempt: 3, status: 'retry', result: null, error: null, runAt: 9 })
     expect(finishOf({ type: 'snoozed', runAt: 9 }, 'j', 3)).toEqual({ id: 'j', attempt: 3, status: 'snoozed', result: null, error: null, runAt: 9 })
     expect(finishOf({ type: 'interrupted', why: 'stopping' }, 'j', 3)).toBeUndefined()
+  })
+
+  it('carries a rate limit’s cooldown in its snooze, or in the cancel that replaced it; no other write has one', () => {
+    const cooldown = { key: 'provider:openai', until: 9 }
+    expect(finishOf({ type: 'snoozed', runAt: 9, cooldown }, 'j', 3)).toStrictEqual({ id: 'j', attempt: 3, status: 'snoozed', result: null, error: null, runAt: 9, cooldown })
+    expect(finishOf({ type: 'cancelled', result: null, cooldown }, 'j', 3)).toStrictEqual({ id: 'j', attempt: 3, status: 'cancelled', result: null, error: null, runAt: null, cooldown })
+    expect(finishOf({ type: 'snoozed', runAt: 9 }, 'j', 3)).not.toHaveProperty('cooldown')
+    expect(finishOf({ type: 'succeeded', result: '1' }, 'j', 3)).not.toHaveProperty('cooldown')
   })
 })

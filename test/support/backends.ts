@@ -264,6 +264,7 @@ const BEHIND_PGBOUNCER = new Set([
   'driver/admin.test.ts',
   'driver/hot-path.test.ts',
   'driver/presence.test.ts',
+  'driver/rate-limits.test.ts',
   'driver/wakeups.test.ts',
 ])
 
