@@ -8,6 +8,20 @@ interface Migration {
   readonly sql: (s: string) => string
   /** The oldest code version that runs on the schema it leaves (src/schema-window.ts); default: the window before it. */
   readonly compatibleFrom?: number
+  /**
+   * Indexes on the jobs table, which may hold millions of rows: built
+   * after the migration's transaction commits, with CREATE INDEX
+   * CONCURRENTLY, so claims and enqueues go on while they are built (a
+   * plain CREATE INDEX would hold every write to the table until it is
+   * done). The code of this version runs without them, only slower.
+   */
+  readonly concurrentIndexes?: (s: string) => readonly ConcurrentIndex[]
+}
+
+/** An index a migration builds concurrently: its name and what follows `CREATE INDEX name` (`ON table (...) WHERE ...`). */
+export interface ConcurrentIndex {
+  readonly name: string
+  readonly definition: string
 }
 
 /**
@@ -375,10 +389,10 @@ export const MIGRATIONS: readonly Migration[] = [
       -- is no longer queued). An insert locks its lanes' rows, so inserts
       -- into one lane are serialized.
       CREATE TABLE ${s}.fair_lanes (kind text NOT NULL, scope text NOT NULL, next_pos bigint NOT NULL, last_seq bigint NOT NULL, PRIMARY KEY (kind, scope));
+      -- A nullable column without a default: a change of the catalog only,
+      -- whatever the table holds. Its index, jobs_fair, is built after this
+      -- transaction, concurrently (concurrentIndexes below).
       ALTER TABLE ${s}.jobs ADD COLUMN fair_pos bigint;
-      -- Only queued fair jobs: empty when this migration runs. IF NOT EXISTS,
-      -- as for jobs_terminal: an operator may build it first CONCURRENTLY.
-      CREATE INDEX IF NOT EXISTS jobs_fair ON ${s}.jobs (kind, priority DESC, fair_pos, seq) WHERE status = 'queued' AND fair_pos IS NOT NULL;
       -- The claim with fair kinds (p_fair, true for a fair kind; NULL for
       -- none), also returning each job's scope. Migration 12's claim_jobs,
       -- and besides: a kind with a cooldown in force on its name gives no
@@ -535,6 +549,10 @@ export const MIGRATIONS: readonly Migration[] = [
       END
       $fn$;
     `,
+    // Only queued fair jobs: empty when the migration runs, but a plain build would still read the whole table.
+    concurrentIndexes: (s) => [
+      { name: 'jobs_fair', definition: `ON ${s}.jobs (kind, priority DESC, fair_pos, seq) WHERE status = 'queued' AND fair_pos IS NOT NULL` },
+    ],
   },
 ]
 
@@ -542,6 +560,12 @@ export const MIGRATIONS: readonly Migration[] = [
 export const SCHEMA_VERSION = MIGRATIONS.length
 
 const STARTS = windowStarts(MIGRATIONS)
+
+/** A migration's statements with its concurrent indexes built inside the same transaction: for a scratch or an empty schema, where a build reads no rows. */
+function inlineSql(m: Migration, schema: string): string {
+  const indexes = (m.concurrentIndexes?.(schema) ?? []).map((i) => `CREATE INDEX IF NOT EXISTS ${i.name} ${i.definition};`)
+  return [m.sql(schema), ...indexes].join('\n')
+}
 
 /** The bookkeeping tables, made before the first migration (IF NOT EXISTS: every script and every migrator may run it). */
 function bookkeeping(schema: string): string {
@@ -575,19 +599,48 @@ export async function migrateSchema(client: pg.ClientBase, schema: string, targe
   if (mode === 'off') return
   // Fast path without the lock, which needs no CREATE privilege once migrated.
   const current = await readSchema(client, schema)
-  if (decide(current, SCHEMA_VERSION, mode) === 'run' || (current?.version ?? 0) >= target) return
+  if (decide(current, SCHEMA_VERSION, mode) === 'run' || (current?.version ?? 0) >= target) {
+    if (mode === 'auto' && current !== undefined) await buildIndexes(client, schema, Math.min(current.version, target))
+    return
+  }
+  for (let attempt = 1; ; attempt++) {
+    try {
+      await migrateLocked(client, schema, target)
+      break
+    } catch (err) {
+      // The jobs table was held past LOCK_TIMEOUT (a long transaction of the application's): step out of the
+      // way of the claims queued behind this migration's request, and ask again.
+      if ((err as { code?: unknown } | null)?.code !== '55P03' || attempt >= LOCK_ATTEMPTS) throw err
+      await new Promise((resolve) => setTimeout(resolve, 250 * attempt))
+    }
+  }
+  await buildIndexes(client, schema, target)
+}
+
+/**
+ * How long a migration waits for a lock on a table (ALTER TABLE on jobs
+ * needs the strongest lock): while it waits, every claim queued behind it
+ * waits too, so it gives up soon and tries again, LOCK_ATTEMPTS times.
+ */
+const LOCK_TIMEOUT = '1s'
+const LOCK_ATTEMPTS = 30
+
+/** migrateSchema's transaction: the migrations the schema lacks, under the migration lock. */
+async function migrateLocked(client: pg.ClientBase, schema: string, target: number): Promise<void> {
   await client.query('BEGIN')
   try {
     await client.query(`SELECT pg_advisory_xact_lock(hashtext('jobtable'), hashtext($1))`, [schema])
     // Taking a relation's lock makes this connection read the catalog changes other sessions committed while it waited
     // (an advisory lock does not): behind a transaction pooler the check above may have run on another server connection.
     await client.query('SELECT FROM pg_catalog.pg_namespace LIMIT 0')
+    await client.query(`SET LOCAL lock_timeout = '${LOCK_TIMEOUT}'`)
     await client.query(bookkeeping(schema))
     const locked = await readSchema(client, schema)
     if (decide(locked, SCHEMA_VERSION, 'auto') === 'migrate') {
       for (const m of MIGRATIONS) {
         if (m.version <= (locked?.version ?? 0) || m.version > target) continue
-        await client.query(m.sql(schema))
+        // On a schema made in this transaction no row is there to read: its indexes are built in place.
+        await client.query(locked === undefined ? inlineSql(m, schema) : m.sql(schema))
         await client.query(recordSql(schema, m.version))
       }
     }
@@ -596,6 +649,56 @@ export async function migrateSchema(client: pg.ClientBase, schema: string, targe
     await client.query('ROLLBACK').catch(() => undefined)
     throw err
   }
+}
+
+/**
+ * Builds the concurrent indexes of migrations up to `version` that the
+ * schema lacks, or holds invalid (a build that was interrupted), outside
+ * any transaction. Migrators take turns: a build takes a lock on its table
+ * that another build's waits for, and an index another process is
+ * building now is waited for, never dropped. Reads the catalog once when
+ * every index is there.
+ */
+async function buildIndexes(client: pg.ClientBase, schema: string, version: number): Promise<void> {
+  const wanted = MIGRATIONS.filter((m) => m.version <= version).flatMap((m) => m.concurrentIndexes?.(schema) ?? [])
+  if (wanted.length === 0) return
+  const namespace = unquote(schema)
+  let builds = 0
+  for (;;) {
+    const { rows } = await client.query<{ name: string; valid: boolean; building: boolean }>(
+      `SELECT c.relname AS name, x.indisvalid AS valid,
+              EXISTS (SELECT 1 FROM pg_stat_progress_create_index p WHERE p.index_relid = c.oid) AS building
+         FROM pg_class c JOIN pg_index x ON x.indexrelid = c.oid
+        WHERE c.relnamespace = (SELECT oid FROM pg_namespace WHERE nspname = $1) AND c.relname = ANY ($2::text[])`,
+      [namespace, wanted.map((i) => i.name)],
+    )
+    const found = new Map(rows.map((r) => [r.name, r]))
+    const todo = wanted.filter((i) => found.get(i.name)?.valid !== true)
+    if (todo.length === 0) return
+    const waiting = todo.filter((i) => found.get(i.name)?.building === true)
+    for (const index of todo) {
+      const state = found.get(index.name)
+      if (state?.building === true) continue
+      if (++builds > BUILD_ATTEMPTS) throw new Error(`jobtable: index ${index.name} is still not valid after ${BUILD_ATTEMPTS} builds`)
+      // Invalid and nobody building it: what an interrupted build leaves. It is dropped and built again.
+      if (state !== undefined) await client.query(`DROP INDEX CONCURRENTLY IF EXISTS ${schema}.${index.name}`)
+      try {
+        await client.query(`CREATE INDEX CONCURRENTLY IF NOT EXISTS ${index.name} ${index.definition}`)
+      } catch (err) {
+        // Another migrator made it between the read and this build: look again.
+        if (!['23505', '42P07'].includes((err as { code?: string } | null)?.code ?? '')) throw err
+      }
+    }
+    if (waiting.length > 0) await new Promise((resolve) => setTimeout(resolve, 200))
+  }
+}
+
+/** How many builds buildIndexes starts at most before it gives up: a build that fails each time is an error, not a loop. */
+const BUILD_ATTEMPTS = 3
+
+/** A schema name as the catalog holds it, from the quoted form migrations take. */
+function unquote(schema: string): string {
+  return schema.startsWith('"') && schema.endsWith('"') ? schema.slice(1, -1).replaceAll('""', '"') : schema
 }
 
 /** The schema's version and window, or undefined when it has no migrations table yet. Reads only. */
@@ -623,7 +726,11 @@ export async function readSchema(client: pg.ClientBase, schema: string): Promise
 export function migrationScripts(schema: string, from = 0, to = SCHEMA_VERSION): { version: number; sql: string }[] {
   return MIGRATIONS.filter((m) => m.version > from && m.version <= to).map((m) => ({
     version: m.version,
-    sql: `-- jobtable PostgreSQL schema version ${m.version}\nBEGIN;\nSELECT pg_advisory_xact_lock(hashtext('jobtable'), hashtext('${schema.replace(/'/g, "''")}'));\n${bookkeeping(schema).trim()}\n${m.sql(schema)}\n${recordSql(schema, m.version)}COMMIT;\n`,
+    sql:
+      `-- jobtable PostgreSQL schema version ${m.version}\nBEGIN;\nSELECT pg_advisory_xact_lock(hashtext('jobtable'), hashtext('${schema.replace(/'/g, "''")}'));\n${bookkeeping(schema).trim()}\n${m.sql(schema)}\n${recordSql(schema, m.version)}COMMIT;\n` +
+      (m.concurrentIndexes?.(schema) ?? [])
+        .map((i) => `-- Built outside the transaction, so writes to the table go on meanwhile (not inside psql --single-transaction).\nCREATE INDEX CONCURRENTLY IF NOT EXISTS ${i.name} ${i.definition};\n`)
+        .join(''),
   }))
 }
 
@@ -643,7 +750,7 @@ export async function schemaDrift(client: pg.ClientBase, schema: string, unquote
   await client.query('BEGIN')
   try {
     await client.query(`CREATE SCHEMA "${scratch}"`)
-    for (const m of MIGRATIONS) if (m.version <= state.version) await client.query(m.sql(`"${scratch}"`))
+    for (const m of MIGRATIONS) if (m.version <= state.version) await client.query(inlineSql(m, `"${scratch}"`))
     return compareCatalogs(await catalogOf(client, scratch), await catalogOf(client, unquoted))
   } finally {
     await client.query('ROLLBACK').catch(() => undefined)
@@ -657,7 +764,10 @@ async function catalogOf(client: pg.ClientBase, schema: string): Promise<Map<str
             concat_ws(' ', data_type, is_nullable, column_default) AS def
        FROM information_schema.columns WHERE table_schema = $1 AND table_name NOT IN ('migrations', 'schema_versions')
      UNION ALL
-     SELECT 'index ' || indexname, indexdef FROM pg_indexes WHERE schemaname = $1 AND tablename NOT IN ('migrations', 'schema_versions')
+     SELECT 'index ' || i.indexname, i.indexdef || CASE WHEN x.indisvalid THEN '' ELSE ' (invalid: an interrupted build)' END
+       FROM pg_indexes i JOIN pg_namespace n ON n.nspname = i.schemaname
+       JOIN pg_class c ON c.relnamespace = n.oid AND c.relname = i.indexname JOIN pg_index x ON x.indexrelid = c.oid
+      WHERE i.schemaname = $1 AND i.tablename NOT IN ('migrations', 'schema_versions')
      UNION ALL
      SELECT 'function ' || p.proname || '(' || pg_get_function_identity_arguments(p.oid) || ')', p.prosrc || coalesce(array_to_string(p.proconfig, ','), '')
        FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace WHERE n.nspname = $1
