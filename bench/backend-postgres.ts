@@ -232,6 +232,15 @@ async function pgStore(): Promise<Store> {
         await client.end()
       }
     },
+    async starts(kind) {
+      const client = await connect(schema)
+      try {
+        const { rows } = await client.query<{ scope: string | null; at: string }>(`SELECT scope, started_at AS at FROM jobs WHERE kind = $1 AND started_at IS NOT NULL ORDER BY started_at, seq`, [kind])
+        return rows.map((r) => ({ scope: r.scope, at: Number(r.at) }))
+      } finally {
+        await client.end()
+      }
+    },
     async storage() {
       // The connections that wrote report their counts once idle for 10 s at most (PostgreSQL 15).
       await new Promise((resolve) => setTimeout(resolve, 11_000))

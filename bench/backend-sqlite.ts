@@ -64,6 +64,14 @@ function sqliteStore(sync: Sync): Store {
         db.close()
       }
     },
+    async starts(kind) {
+      const db = floor.openFloorDb(path, sync)
+      try {
+        return floor.starts(db, kind)
+      } finally {
+        db.close()
+      }
+    },
     async storage() {
       const db = floor.openFloorDb(path, sync)
       try {

@@ -78,6 +78,13 @@ export interface Store {
   /** How many jobs of each kind the store holds in each status (kind, then status), read with raw SQL. */
   countByKindAndStatus(): Promise<Record<string, Record<string, number>>>
   /**
+   * When each job of `kind` started (jobs.started_at: its last claim's
+   * time, by the claiming runner's clock) and its scope, read with raw SQL,
+   * earliest first; jobs never started are left out. The rate and fairness
+   * workloads' oracle: what the database recorded, not what a process saw.
+   */
+  starts(kind: string): Promise<{ scope: string | null; at: number }[]>
+  /**
    * What the jobs table takes on disk, read with raw SQL: SQLite its pages
    * and free pages (PRAGMA page_count, freelist_count); PostgreSQL its live
    * and dead tuples (pg_stat_user_tables) and its size with indexes.

@@ -107,6 +107,11 @@ export function countByKindAndStatus(db: Database.Database): Record<string, Reco
   return out
 }
 
+/** When each job of `kind` started, and its scope, earliest first (see Store.starts). */
+export function starts(db: Database.Database, kind: string): { scope: string | null; at: number }[] {
+  return db.prepare(`SELECT scope, started_at AS at FROM jobtable_jobs WHERE kind = ? AND started_at IS NOT NULL ORDER BY started_at, seq`).all(kind) as { scope: string | null; at: number }[]
+}
+
 const CLAIM_ONE = `
   UPDATE jobtable_jobs SET status = 'running', attempt = attempt + 1, runner_id = 'floor', started_at = @now, updated_at = @now
    WHERE seq = (SELECT seq FROM jobtable_jobs WHERE status = 'queued' AND kind = 'noop' ORDER BY priority DESC, seq LIMIT 1)

@@ -2,7 +2,8 @@
  * jobtable benchmarks: `npm run bench -- [options]`.
  *
  *   --backend sqlite|postgres   default: both (postgres is skipped, saying why, when unavailable)
- *   --workload NAME[,NAME]      drain, enqueue, latency, mixed, scale, scheduled, limited, prune; default all but scale, scheduled, limited and prune
+ *   --workload NAME[,NAME]      drain, enqueue, latency, mixed, scale, scheduled, limited, prune, ratelimited, fair;
+ *                               default all but scale, scheduled, limited, prune, ratelimited and fair
  *   --jobs N                    jobs per throughput workload, default 20000
  *   --workers N                 runner workers, default 10
  *   --samples N                 latency samples, default 2000
@@ -38,8 +39,9 @@ import { postgresBackend, postgresUnavailable } from './backend-postgres.js'
 import { sqliteBackend } from './backend-sqlite.js'
 import { profileLabel } from './profiler.js'
 import * as work from './workloads.js'
+import * as rateFair from './workloads-rate-fair.js'
 
-const WORKLOADS = ['drain', 'enqueue', 'latency', 'mixed', 'scale', 'scheduled', 'limited', 'prune'] as const
+const WORKLOADS = ['drain', 'enqueue', 'latency', 'mixed', 'scale', 'scheduled', 'limited', 'prune', 'ratelimited', 'fair'] as const
 
 /** Batch sizes the prune workload's floor runs the prune statement at: the library's PRUNE_BATCH and a tenth and ten times it. */
 const PRUNE_FLOOR_BATCHES = [100, 1_000, 10_000] as const
@@ -132,7 +134,7 @@ function parseArgs(argv: string[]): Options {
 
 function usage(problem?: string): never {
   if (problem) console.error(problem)
-  console.error('usage: npm run bench -- [--backend sqlite|postgres] [--workload drain|enqueue|latency|mixed|scale|scheduled|limited|prune|all] [--jobs N] [--workers N]')
+  console.error('usage: npm run bench -- [--backend sqlite|postgres] [--workload drain|enqueue|latency|mixed|scale|scheduled|limited|prune|ratelimited|fair|all] [--jobs N] [--workers N]')
   console.error('       [--samples N] [--scale-rows N] [--scheduled-rows N] [--prune-rows N] [--repeat N] [--sync normal|full|both] [--no-floor] [--profile DIR]')
   process.exit(problem ? 2 : 0)
 }
@@ -157,6 +159,10 @@ function target(r: Omit<Result, 'target' | 'target_met'>): { target: string; tar
     'postgres scheduled': { target: '>= 0.9x empty', met: scheduledMet },
     'sqlite limited': { target: '>= 0.8x alone', met: limitedMet },
     'postgres limited': { target: '>= 0.8x alone', met: limitedMet },
+    'sqlite ratelimited': { target: '>= 0.9x alone, <= limit a window', met: rateLimitedMet },
+    'postgres ratelimited': { target: '>= 0.9x alone, <= limit a window', met: rateLimitedMet },
+    'sqlite fair': { target: 'p99 first wait <= 1 round, Jain >= 0.95', met: fairMet },
+    'postgres fair': { target: 'p99 first wait <= 1 round, Jain >= 0.95', met: fairMet },
   }
   const at = (key: string): Check | undefined => targets[key]
   const t = at(`${r.backend} ${r.workload}${r.mode ? `/${r.mode}` : ''}`)
@@ -178,6 +184,23 @@ function scheduledMet(r: Omit<Result, 'target' | 'target_met'>): boolean {
 function limitedMet(r: Omit<Result, 'target' | 'target_met'>): boolean {
   const ratio = r.extra?.['ratio_to_alone']
   return typeof ratio === 'number' && ratio >= 0.8
+}
+
+/**
+ * The unlimited kind drains beside a rate-limited backlog at least 90% as fast as alone, and the rated kind
+ * never starts more than its limit in a window (its use of the limit is reported beside, as rated_ratio_to_limit).
+ */
+function rateLimitedMet(r: Omit<Result, 'target' | 'target_met'>): boolean {
+  const ratio = r.extra?.['ratio_to_alone']
+  const max = r.extra?.['rated_max_in_window']
+  return typeof ratio === 'number' && ratio >= 0.9 && typeof max === 'number' && max <= rateFair.RATE_LIMIT
+}
+
+/** A household's first job waits at most one claim round (p99), and starts are shared with a Jain index of at least 0.95 in every second. */
+function fairMet(r: Omit<Result, 'target' | 'target_met'>): boolean {
+  const wait = r.extra?.['first_wait_p99_rounds']
+  const jain = r.extra?.['jain_per_second_min']
+  return typeof wait === 'number' && wait <= 1 && typeof jain === 'number' && jain >= 0.95
 }
 
 /** One library measurement with the floors measured beside it (NaN where none). */
@@ -291,6 +314,26 @@ async function runUnit(unit: Unit, o: Options): Promise<void> {
           }
         }
         round.push({ m, floor: noFloor, extra })
+        break
+      }
+      case 'ratelimited': {
+        // No floor, as for limited: the ratio is to the same drain without the rated kind, in this process.
+        const stores = [await backend.store(), await backend.store(), await backend.store(), await backend.store()] as const
+        try {
+          round.push({ m: await rateFair.ratelimited(...stores, o.jobs, o.workers), floor: noFloor })
+        } finally {
+          for (const s of stores) await s.drop()
+        }
+        break
+      }
+      case 'fair': {
+        // No floor: the baseline is the same backlog claimed oldest first, in this process.
+        const stores = [await backend.store(), await backend.store(), await backend.store()] as const
+        try {
+          round.push({ m: await rateFair.fair(...stores, o.jobs, o.workers), floor: noFloor })
+        } finally {
+          for (const s of stores) await s.drop()
+        }
         break
       }
       case 'limited': {
@@ -428,8 +471,8 @@ async function main(): Promise<void> {
     }
     for (const workload of o.workloads) {
       if (backend === 'sqlite') {
-        // Scale and scheduled are about table size, limited about the claim and prune about the claim beside it, not fsync: run them at the default setting only.
-        const defaultOnly = workload === 'scale' || workload === 'scheduled' || workload === 'limited' || workload === 'prune'
+        // Scale and scheduled are about table size, limited, ratelimited and fair about the claim and prune about the claim beside it, not fsync: run them at the default setting only.
+        const defaultOnly = workload === 'scale' || workload === 'scheduled' || workload === 'limited' || workload === 'prune' || workload === 'ratelimited' || workload === 'fair'
         for (const sync of defaultOnly ? (['normal'] as const) : o.syncs) units.push({ backend, sync, workload })
       } else units.push({ backend, sync: 'normal', workload })
     }

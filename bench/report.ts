@@ -16,7 +16,8 @@ import { round } from './stats.js'
  *   inserts per transaction for sequential, concurrent, many), run straight
  *   through better-sqlite3 or pg: the ratio to it ("x shape") is what the
  *   library's JavaScript costs. Only drain, enqueue, scale and scheduled have one
- *   (limited has none: its ratio is to the same drain without the limited kind).
+ *   (limited and ratelimited have none: their ratio is to the same drain without
+ *   the limited or rated kind; fair's is to the same backlog claimed oldest first).
  */
 export interface Result {
   readonly backend: string

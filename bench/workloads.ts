@@ -20,12 +20,12 @@ export interface Measurement {
 }
 
 /** CPU microseconds used by this process since `since` (a process.cpuUsage() reading). */
-function cpuSince(since: NodeJS.CpuUsage): number {
+export function cpuSince(since: NodeJS.CpuUsage): number {
   const d = process.cpuUsage(since)
   return d.user + d.system
 }
 
-interface Payload {
+export interface Payload {
   n: number
 }
 
@@ -34,15 +34,15 @@ interface Payload {
  * the queue, not a validator (zod or valibot add their own cost per job,
  * at enqueue and again at claim).
  */
-const anyPayload: StandardSchemaV1<Payload> = {
+export const anyPayload: StandardSchemaV1<Payload> = {
   '~standard': { version: 1, vendor: 'jobtable-bench', validate: (value) => ({ value: value as Payload }) },
 }
 
 /** The kind every workload drains: a handler that returns at once. */
-const NOOP = 'noop'
+export const NOOP = 'noop'
 
 /** Warnings and errors to stderr, so stdout keeps only the table and the JSON lines. */
-const quietLogger: Logger = {
+export const quietLogger: Logger = {
   debug() {},
   info() {},
   warn: (fields, message) => console.error('warn', message, JSON.stringify(fields)),
@@ -53,7 +53,7 @@ const quietLogger: Logger = {
  * A runner with one no-op kind, and a record of when each of that kind's
  * jobs started and ended (jobs of kinds `setup` registers are not recorded).
  */
-class Harness {
+export class Harness {
   readonly runner: Runner<Driver>
   readonly kind: Kind<Payload, Driver>
   readonly started = new Map<string, number>()

@@ -11,6 +11,7 @@
  */
 export const APP_JS = String.raw`// The jobtable dashboard: see src/dashboard/app-js.ts.
 import { readEvents } from './sse.js'
+import { drawFinished, drawQueued } from './chart.js'
 
 const STATUSES = ['scheduled', 'queued', 'running', 'succeeded', 'failed', 'cancelled']
 const TERMINAL = new Set(['succeeded', 'failed', 'cancelled'])
@@ -22,6 +23,8 @@ const REFRESH_MS = 3000
 const COUNTS_MS = 15000
 const RECONNECT_MS = 2000
 const PAGE_SIZE = 20
+// A per-scope limit's scopes cooling down shown under it: the longest ones.
+const MAX_SCOPE_COOLDOWNS = 5
 const TOKEN_KEY = 'jobtable.dashboard.token'
 // This script is <base>/dashboard/app.js; the API is <base>/api/v1/.
 const API = new URL('../api/v1/', import.meta.url)
@@ -54,6 +57,9 @@ const state = {
   loading: null,
   countedAt: 0,
   countsWanted: true,
+  activity: null,
+  drawing: false,
+  drawnWidth: 0,
 }
 
 function storedToken() {
@@ -149,6 +155,7 @@ function connected() {
   $('data').hidden = false
   $('data').classList.remove('stale')
   setConnection(($('live').checked ? 'Live · updated ' : 'Updated ') + new Date().toLocaleTimeString(), 'ok')
+  drawActivity(false)
   // Back from a refusal or an outage: watch the open job again.
   if (wasProblem && state.selected && state.watching === null) watch(state.selected)
 }
@@ -162,6 +169,10 @@ function clearData() {
   $('jobs').tBodies[0].replaceChildren()
   $('paused-list').replaceChildren()
   $('schedules-table').tBodies[0].replaceChildren()
+  $('rate-limits-list').replaceChildren()
+  $('finished-chart').replaceChildren()
+  $('queued-chart').replaceChildren()
+  state.activity = null
   $('counted-at').textContent = ''
   $('kind-names').replaceChildren()
   const kinds = $('filter-kind')
@@ -175,7 +186,7 @@ function clearData() {
   state.cursors = [null]
   state.countsWanted = true
   $('filter-status').value = ''
-  for (const id of ['d-id', 'd-kind', 'd-enqueued', 'd-status', 'd-attempt', 'd-next', 'd-due', 'd-priority', 'd-error', 'd-result', 'action-result', 'pause-result']) $(id).textContent = ''
+  for (const id of ['d-id', 'd-kind', 'd-enqueued', 'd-status', 'd-attempt', 'd-next', 'd-due', 'd-priority', 'd-error', 'd-result', 'action-result', 'pause-result', 'cooldown-result', 'finished-summary', 'queued-summary', 'activity-at']) $(id).textContent = ''
   $('d-log').replaceChildren()
   $('detail-title').textContent = 'Job'
 }
@@ -224,6 +235,8 @@ function problemText(err) {
     unique_key_held: 'Another live job of this kind holds the job’s unique key; nothing changed.',
     not_found: 'No such job (it may have been removed).',
     invalid_cursor: 'That page is no longer available.',
+    cooldown_not_found: 'That key has no cooldown recorded (it may have just been cleared); nothing changed.',
+    invalid_key: 'That is not a key a cooldown can have; nothing changed.',
   }
   if (code && messages[code]) return messages[code]
   if (err.body && typeof err.body.title === 'string') return err.body.title + ' (' + err.status + ').'
@@ -253,7 +266,8 @@ async function load() {
       $('counted-at').textContent = 'as of ' + new Date(state.countedAt).toLocaleTimeString()
     }
     renderJobs(page.body)
-    await Promise.all([loadPaused(), loadSchedules()])
+    // The chart reads the last hour's finished jobs: as seldom as the counts.
+    await Promise.all([loadPaused(), loadSchedules(), loadRateLimits(), counting ? loadActivity() : null])
     renderKindChoices()
     connected()
   } catch (err) {
@@ -439,6 +453,197 @@ async function loadSchedules() {
     $('schedules-note').hidden = false
     $('schedules-note').textContent = 'Recurring schedules are for operators, and this caller is not one (403), so they are not shown.'
   }
+}
+
+// ---- rate limits and cooldowns, and the last hour ----
+
+/** A duration as people say it: 1 min, 1 h, 30 s, 1.5 min, 250 ms. */
+function duration(ms) {
+  const units = [['d', 86400000], ['h', 3600000], ['min', 60000], ['s', 1000]]
+  for (const [unit, size] of units) if (ms >= size && ms % size === 0) return ms / size + ' ' + unit
+  for (const [unit, size] of units) if (ms >= size) return Math.round((ms / size) * 10) / 10 + ' ' + unit
+  return ms + ' ms'
+}
+
+/** An instant as text: its time of day when it is today here, else its date and time. */
+function instantText(ms) {
+  const at = new Date(ms)
+  return at.toDateString() === new Date().toDateString() ? at.toLocaleTimeString() : at.toLocaleString(undefined, { dateStyle: 'short', timeStyle: 'short' })
+}
+
+/** A labelled value of a rate limit (a dt and its dd); an instant's dd carries it exactly (data-at) and its UTC time on hover. */
+function field(name, label, text, attrs) {
+  const wrap = el('div')
+  wrap.append(el('dt', {}, label), el('dd', Object.assign({ 'data-field': name }, attrs || {}), text))
+  return wrap
+}
+
+function instantField(name, label, ms, none) {
+  return field(name, label, ms === null ? none : instantText(ms), ms === null ? {} : { 'data-at': ms, title: new Date(ms).toISOString() })
+}
+
+/**
+ * The rate-limited keys and the cooldowns in force, read by operators
+ * only (they span every scope): one item per rate limit's key, a
+ * per-scope limit's item listing its scopes' cooldowns, and one item per
+ * cooldown on a key no rate limit names (a kind without a limit, a key a
+ * handler chose).
+ */
+async function loadRateLimits() {
+  try {
+    const [limits, cooling] = await Promise.all([call('GET', 'rate-limits'), call('GET', 'cooldowns')])
+    const cooldowns = cooling.body.cooldowns
+    const shown = new Set()
+    const items = limits.body.rateLimits.map((r) => {
+      if (r.perScope) {
+        // Its buckets are <kind>@<scope>: their cooldowns go under it, each with its own button.
+        const scoped = cooldowns.filter((c) => r.kinds.some((kind) => c.key.startsWith(kind + '@')))
+        for (const c of scoped) shown.add(c.key)
+        return rateItem(r, null, scoped)
+      }
+      const own = cooldowns.find((c) => c.key === r.key)
+      shown.add(r.key)
+      return rateItem(r, own ? own.until : r.cooldownUntil, [])
+    })
+    for (const c of cooldowns) if (!shown.has(c.key)) items.push(cooldownItem(c))
+    $('rate-limits-note').hidden = true
+    $('rate-limits-body').hidden = false
+    $('rate-limits-list').replaceChildren(...items)
+    $('rate-limits-empty').hidden = items.length > 0
+  } catch (err) {
+    if (!(err instanceof ApiError) || err.kind !== 'forbidden') throw err
+    $('rate-limits-list').replaceChildren()
+    $('rate-limits-body').hidden = true
+    $('rate-limits-note').hidden = false
+    $('rate-limits-note').textContent = 'Rate limits and cooldowns are for operators, and this caller is not one (403), so they are not shown.'
+  }
+}
+
+/**
+ * One rate limit: its key and kinds, the claims used of its limit in its
+ * window (a per-scope limit: its busiest scope's, and its busiest scopes),
+ * when the oldest of them leaves the window, and its cooldown (a per-scope
+ * limit: its scopes cooling down).
+ */
+function rateItem(r, cooldownUntil, scoped) {
+  const li = el('li', { 'data-key': r.key, 'data-per-scope': r.perScope ? 'true' : null })
+  const alone = r.kinds.length === 1 && r.kinds[0] === r.key
+  li.append(itemHead(r.key, r.perScope ? 'each scope of ' + r.kinds.join(', ') : alone ? null : 'shared by ' + r.kinds.join(', '), cooldownUntil))
+  const fields = el('dl', { className: 'rl-fields' })
+  const used = field('used', r.perScope ? 'Used (busiest scope)' : 'Used', r.used + '/' + r.limit + ' per ' + duration(r.periodMs), { 'data-used': r.used, 'data-limit': r.limit, className: r.used >= r.limit ? 'full' : null })
+  fields.append(used, instantField('reset', 'Resets', r.resetAt, '—'))
+  if (!r.perScope) fields.append(instantField('cooldown', 'Cooldown until', cooldownUntil, 'none'))
+  li.append(fields)
+  if (r.perScope && r.scopes && r.scopes.length > 0) {
+    const busiest = [...r.scopes].sort((a, b) => b.used - a.used || (a.scope < b.scope ? -1 : 1))
+    const list = el('ul', { className: 'scopes', 'aria-label': 'Busiest scopes of ' + r.key })
+    for (const s of busiest.slice(0, 3)) {
+      list.append(el('li', { 'data-scope': s.scope, 'data-used': s.used, title: s.scope === '' ? 'jobs without a scope' : s.scope }, (s.scope === '' ? '(no scope)' : s.scope) + ' ' + s.used + '/' + r.limit))
+    }
+    if (busiest.length > 3) list.append(el('li', {}, '+' + (busiest.length - 3) + ' more'))
+    li.append(list)
+  }
+  if (scoped.length > 0) {
+    const list = el('ul', { className: 'scope-cooldowns', 'aria-label': 'Scopes of ' + r.key + ' cooling down' })
+    // The longest first; the CLI lists and clears them all (jobtable cooldowns).
+    const longest = [...scoped].sort((a, b) => b.until - a.until)
+    for (const c of longest.slice(0, MAX_SCOPE_COOLDOWNS)) {
+      const scope = c.key.slice(c.key.indexOf('@') + 1)
+      const item = el('li', { 'data-key': c.key })
+      item.append(
+        el('span', { className: 'rl-scope', title: scope === '' ? 'jobs without a scope' : scope }, scope === '' ? '(no scope)' : scope),
+        el('span', {}, ' cooling down until '),
+        el('span', { 'data-field': 'cooldown', 'data-at': c.until, title: new Date(c.until).toISOString() }, instantText(c.until)),
+        clearButton(c.key),
+      )
+      list.append(item)
+    }
+    if (longest.length > MAX_SCOPE_COOLDOWNS) list.append(el('li', { className: 'more' }, '+' + (longest.length - MAX_SCOPE_COOLDOWNS) + ' more scopes cooling down'))
+    li.append(list)
+  }
+  return li
+}
+
+/** A cooldown on a key no rate limit names. */
+function cooldownItem(c) {
+  const li = el('li', { 'data-key': c.key })
+  li.append(itemHead(c.key, 'no rate limit', c.until))
+  const fields = el('dl', { className: 'rl-fields' })
+  fields.append(instantField('cooldown', 'Cooldown until', c.until, 'none'))
+  li.append(fields)
+  return li
+}
+
+/** An item's first line: its key, what draws on it, and a button clearing its cooldown when it has one. */
+function itemHead(key, about, cooldownUntil) {
+  const head = el('div', { className: 'rl-head' })
+  const name = el('div', { className: 'rl-name' })
+  name.append(el('span', { className: 'mono' }, key))
+  if (about) name.append(el('span', { className: 'sub' }, about))
+  head.append(name)
+  if (cooldownUntil !== null) head.append(clearButton(key))
+  return head
+}
+
+function clearButton(key) {
+  const button = el('button', { type: 'button', 'data-clear': key, 'aria-label': 'Clear the cooldown of ' + key }, 'Clear')
+  button.addEventListener('click', () => clearCooldown(key, button))
+  return button
+}
+
+async function clearCooldown(key, button) {
+  const out = $('cooldown-result')
+  button.disabled = true
+  out.textContent = 'Clearing the cooldown of ' + key + '…'
+  try {
+    await call('DELETE', 'cooldowns/' + encodeURIComponent(key))
+    out.textContent = 'Cleared the cooldown of ' + key + '.'
+  } catch (err) {
+    if (err instanceof ApiError && (err.kind === 'problem' || err.kind === 'forbidden')) out.textContent = err.kind === 'forbidden' ? 'Only operators may clear cooldowns (403).' : problemText(err)
+    else {
+      out.textContent = ''
+      failed(err)
+      return
+    }
+  }
+  await refresh()
+}
+
+/** The last hour's jobs finished per minute and the jobs queued now, by kind: operators only, as they span every scope. */
+async function loadActivity() {
+  try {
+    const { body } = await call('GET', 'activity?minutes=60')
+    state.activity = body
+    $('activity-note').hidden = true
+    $('activity-body').hidden = false
+    $('activity-at').textContent = 'as of ' + new Date().toLocaleTimeString()
+    drawActivity(true)
+  } catch (err) {
+    if (!(err instanceof ApiError) || err.kind !== 'forbidden') throw err
+    state.activity = null
+    $('finished-chart').replaceChildren()
+    $('queued-chart').replaceChildren()
+    $('activity-body').hidden = true
+    $('activity-note').hidden = false
+    $('activity-note').textContent = 'The last hour’s activity spans every scope: it is for operators, and this caller is not one (403), so it is not shown.'
+  }
+}
+
+/** Draws the charts at the width they are shown at: with fresh data, or when that width changed (a resized window). */
+function drawActivity(fresh) {
+  state.drawing = false
+  if (state.activity === null || $('activity-body').hidden) return
+  const shown = Math.floor($('finished-chart').parentNode.clientWidth)
+  // Not laid out yet (the page's data is shown once the first load is done): drawn then, by connected().
+  if (shown === 0) {
+    state.drawnWidth = 0
+    return
+  }
+  const width = Math.max(240, shown)
+  if (!fresh && width === state.drawnWidth) return
+  state.drawnWidth = width
+  $('finished-summary').textContent = drawFinished($('finished-chart'), state.activity, width)
+  $('queued-summary').textContent = drawQueued($('queued-chart'), state.activity.queued, width)
 }
 
 async function pauseAction(kind, action) {
@@ -663,6 +868,11 @@ function start() {
     if (kind) pauseAction(kind, 'pause').then(() => ($('pause-kind').value = ''))
   })
   window.addEventListener('hashchange', route)
+  window.addEventListener('resize', () => {
+    if (state.drawing) return
+    state.drawing = true
+    requestAnimationFrame(() => drawActivity(false))
+  })
   document.addEventListener('visibilitychange', () => {
     if (document.visibilityState === 'visible' && $('live').checked) refresh()
   })

@@ -2,13 +2,14 @@ import { createHash } from 'node:crypto'
 import type { Hono } from 'hono'
 import { problem } from '../http/problem.js'
 import { APP_JS } from './app-js.js'
+import { CHART_JS } from './chart-js.js'
 import { pageHtml } from './page-html.js'
 import { SSE_JS } from './sse-js.js'
 import { STYLE_CSS } from './style-css.js'
 
 /**
  * The dashboard: a web page for people, served by the API it reads
- * (createApi's `dashboard` option). It is plain HTML, CSS and two small
+ * (createApi's `dashboard` option). It is plain HTML, CSS and three small
  * ES modules, kept as strings in TypeScript modules so they ship in the
  * built package without a copy step. No framework: the page is a few
  * hundred lines, and a framework would be a dependency to keep up (and a
@@ -47,6 +48,7 @@ export function mountDashboard(app: Hono, basePath: string): void {
   const files = new Map<string, Asset>([
     ['app.js', asset(APP_JS, 'text/javascript; charset=utf-8')],
     ['sse.js', asset(SSE_JS, 'text/javascript; charset=utf-8')],
+    ['chart.js', asset(CHART_JS, 'text/javascript; charset=utf-8')],
     ['style.css', asset(STYLE_CSS, 'text/css; charset=utf-8')],
   ])
   const allow = 'GET, HEAD'

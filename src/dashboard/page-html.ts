@@ -60,6 +60,20 @@ export function pageHtml(basePath: string): string {
         <p id="counts-empty" class="empty" hidden>No jobs yet.</p>
       </section>
 
+      <section id="activity" class="card" aria-labelledby="activity-title">
+        <h2 id="activity-title">Last hour <span id="activity-at" class="when"></span></h2>
+        <p id="activity-note" class="note" hidden></p>
+        <div id="activity-body" hidden>
+          <h3 id="finished-title">Finished per minute</h3>
+          <p id="finished-summary" class="chart-summary"></p>
+          <ul class="legend" aria-hidden="true">${['succeeded', 'failed', 'cancelled'].map((s) => `<li><span class="swatch swatch-${s}"></span>${s}</li>`).join('')}</ul>
+          <div class="chart"><svg id="finished-chart" class="chart-svg" role="img" aria-labelledby="finished-title finished-summary"></svg></div>
+          <h3 id="queued-title">Queued now, by kind</h3>
+          <p id="queued-summary" class="chart-summary"></p>
+          <div class="chart"><svg id="queued-chart" class="chart-svg" role="img" aria-labelledby="queued-title queued-summary"></svg></div>
+        </div>
+      </section>
+
       <section class="card" aria-labelledby="jobs-title">
         <h2 id="jobs-title">Jobs</h2>
         <form id="filters" class="filters">
@@ -120,6 +134,16 @@ export function pageHtml(basePath: string): string {
         <p id="action-result" class="action-result" role="status" aria-live="polite"></p>
         <h3>Updates</h3>
         <ol id="d-log" class="log"></ol>
+      </section>
+
+      <section id="rate-limits" class="card" aria-labelledby="rate-limits-title">
+        <h2 id="rate-limits-title">Rate limits</h2>
+        <p id="rate-limits-note" class="note" hidden></p>
+        <div id="rate-limits-body" hidden>
+          <ul id="rate-limits-list" class="rate-limits"></ul>
+          <p id="rate-limits-empty" class="empty" hidden>No kind has a rate limit, and no key is cooling down.</p>
+          <p id="cooldown-result" class="action-result" role="status" aria-live="polite"></p>
+        </div>
       </section>
 
       <section id="paused" class="card" aria-labelledby="paused-title">

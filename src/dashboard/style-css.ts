@@ -128,6 +128,45 @@ tr[aria-current] { background: color-mix(in srgb, var(--accent) 14%, transparent
 .paused-list li { display: flex; flex-wrap: wrap; align-items: center; gap: 0.5rem 1rem; padding: 0.35rem 0; border-bottom: 1px solid var(--line); }
 .paused-list .since { color: var(--muted); font-size: 0.85rem; flex: 1 1 auto; }
 
+.sub { display: block; color: var(--muted); font-size: 0.8rem; font-weight: 400; }
+.rate-limits { list-style: none; margin: 0; padding: 0; }
+.rate-limits > li { padding: 0.5rem 0; border-bottom: 1px solid var(--line); }
+.rl-head { display: flex; align-items: flex-start; gap: 0.5rem; }
+.rl-name { flex: 1 1 auto; min-width: 0; overflow-wrap: anywhere; }
+.rl-fields { display: flex; flex-wrap: wrap; gap: 0.2rem 1.5rem; margin: 0.35rem 0 0; }
+.rl-fields dt { color: var(--muted); font-size: 0.75rem; }
+.rl-fields dd { margin: 0; font-variant-numeric: tabular-nums; }
+.rl-fields dd.full { color: var(--bad); font-weight: 600; }
+.scopes { display: flex; flex-wrap: wrap; gap: 0.1rem 0.9rem; list-style: none; margin: 0.35rem 0 0; padding: 0; color: var(--muted); font-size: 0.8rem; }
+.scopes li, .rl-scope { max-width: 14rem; overflow: hidden; text-overflow: ellipsis; white-space: nowrap; }
+.rl-scope { display: inline-block; vertical-align: bottom; font-weight: 600; }
+.scope-cooldowns { list-style: none; margin: 0.35rem 0 0; padding: 0; }
+.scope-cooldowns li { display: flex; flex-wrap: wrap; align-items: center; gap: 0.25rem; padding: 0.15rem 0; }
+.scope-cooldowns button { margin-left: auto; }
+.scope-cooldowns .more { color: var(--muted); font-size: 0.8rem; }
+
+/* The charts: bars take their colour from these classes (the page's policy allows no inline style). */
+.chart { overflow: hidden; }
+.chart-svg { display: block; }
+.chart-svg text { fill: var(--muted); font-size: 12px; font-family: inherit; font-variant-numeric: tabular-nums; }
+.chart-svg text.label { fill: var(--text); }
+.chart-svg .grid, .chart-svg .tick { stroke: var(--line); stroke-width: 1; }
+.chart-summary { margin: 0 0 0.4rem; }
+.legend { display: flex; flex-wrap: wrap; gap: 0.25rem 1rem; list-style: none; margin: 0 0 0.4rem; padding: 0; color: var(--muted); font-size: 0.85rem; }
+.swatch { display: inline-block; width: 0.8em; height: 0.8em; border-radius: 2px; margin-right: 0.35em; vertical-align: -0.05em; }
+.bar-succeeded { fill: #1e8a4c; }
+.bar-failed { fill: var(--bad); }
+.bar-cancelled { fill: #8a94a3; }
+.bar-queued { fill: #c9a227; }
+.swatch-succeeded { background: #1e8a4c; }
+.swatch-failed { background: var(--bad); }
+.swatch-cancelled { background: #8a94a3; }
+@media (prefers-color-scheme: dark) {
+  .bar-succeeded { fill: #6fd49a; }
+  .swatch-succeeded { background: #6fd49a; }
+  .bar-queued { fill: #e6c350; }
+}
+
 .narrow { display: none; }
 .summary { white-space: normal; }
 .summary .link { margin-right: 0.6rem; }

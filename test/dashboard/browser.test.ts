@@ -6,13 +6,10 @@
  * something the page shows, with a generous limit, never a sleep; each
  * test leaves a screenshot in test-artifacts/dashboard/.
  */
-import { copyFileSync } from 'node:fs'
-import { join } from 'node:path'
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest'
 import type { Browser, BrowserContext, Page } from 'playwright-core'
 import { Runner } from 'jobtable'
 import { bearerTokens, createApi, listen, type ApiOptions, type Listening } from 'jobtable/http'
-import { registerKinds } from '../../examples/meal-plan.js'
 import { sqliteBackend } from '../support/backends.js'
 import { browserSkipReason, launchBrowser, PATIENCE_MS, screenshot, waitForContains, waitForText } from '../support/browser.js'
 import { echoPayload } from '../support/harness.js'
@@ -373,34 +370,6 @@ if (browserSkipReason !== undefined) {
         expect(await runner.paused()).toEqual([])
         expect(await page.evaluate(() => document.documentElement.scrollWidth)).toBeLessThanOrEqual(PHONE.width)
       })
-      expect(problems).toEqual([])
-    })
-
-    it("the README's screenshot: the example kinds at desktop width, a meal plan running with its first days published", async () => {
-      const { runner, url } = await serve((r) => registerKinds(r))
-      const done = track(runner)
-      const ids = [
-        await runner.enqueue('meal_plan', { household: 'h1', days: 3 }),
-        await runner.enqueue('import_recipe', { url: 'https://recipes.example/' }),
-        await runner.enqueue('meal_plan', { household: 'h2', days: 2 }),
-        await runner.enqueue('import_recipe', { url: 'https://recipes.example/soup' }),
-        await runner.enqueue('meal_plan', { household: 'h3', days: 4 }),
-        await runner.enqueue('import_recipe', { url: 'https://recipes.example/' }),
-      ]
-      await runner.start()
-      await done.ends(ids)
-      await runner.enqueue('meal_plan', { household: 'h1', days: 5 }, { delayMs: 3_600_000 })
-      await runner.cancel(await runner.enqueue('meal_plan', { household: 'h4', days: 2 }, { delayMs: 3_600_000 }))
-      const running = await runner.enqueue('meal_plan', { household: 'h2', days: 14 })
-      const { page, problems } = await open(`${url}/#job=${running}`)
-      await waitForContains(page, '#d-result', '"day": 3')
-      await page.locator('#refresh').click()
-      await page.waitForFunction((job) => document.querySelector<HTMLElement>(`#jobs tr[data-id="${job}"]`)?.dataset.status === 'running', running)
-      await page.locator('#detail-title').blur()
-      await page.mouse.move(0, DESKTOP.height - 1)
-      const path = await screenshot(page, 'readme')
-      // Committed as docs/dashboard.png only when asked: JOBTABLE_UPDATE_SCREENSHOT=1 npx vitest run test/dashboard/browser.test.ts
-      if (process.env['JOBTABLE_UPDATE_SCREENSHOT'] === '1') copyFileSync(path, join(process.cwd(), 'docs', 'dashboard.png'))
       expect(problems).toEqual([])
     })
   })

@@ -10,6 +10,7 @@ import { captureLogs } from '../support/logs.js'
 import { Runner } from 'jobtable'
 import { APP_JS } from '../../src/dashboard/app-js.js'
 import { SSE_JS } from '../../src/dashboard/sse-js.js'
+import { CHART_JS } from '../../src/dashboard/chart-js.js'
 import { DASHBOARD_CSP } from '../../src/dashboard/index.js'
 
 const TOKEN = 'token-for-household-a-0001'
@@ -51,6 +52,7 @@ describe('the dashboard as served', () => {
     for (const [path, type] of [
       ['/dashboard/app.js', 'text/javascript; charset=utf-8'],
       ['/dashboard/sse.js', 'text/javascript; charset=utf-8'],
+      ['/dashboard/chart.js', 'text/javascript; charset=utf-8'],
       ['/dashboard/style.css', 'text/css; charset=utf-8'],
     ] as const) {
       const res = await fetch(url + path)
@@ -102,10 +104,10 @@ describe('the dashboard as served', () => {
     expect(elsewhere.status).toBe(403)
   })
 
-  it('its two scripts are valid ES modules', async () => {
+  it('its three scripts are valid ES modules', async () => {
     const dir = mkdtempSync(join(tmpdir(), 'jobtable-dashboard-'))
     try {
-      for (const [name, text] of [['app.mjs', APP_JS], ['sse.mjs', SSE_JS]] as const) {
+      for (const [name, text] of [['app.mjs', APP_JS], ['sse.mjs', SSE_JS], ['chart.mjs', CHART_JS]] as const) {
         writeFileSync(join(dir, name), text)
         // Throws (exit 1, with the syntax error) unless it parses as a module.
         await promisify(execFile)(process.execPath, ['--check', join(dir, name)])
