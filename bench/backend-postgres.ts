@@ -317,7 +317,7 @@ async function drainShaped(client: pg.Client, schema: string, jobs: number, work
   const q = queries(`"${schema}"`)
   let done = 0
   const t0 = performance.now()
-  let claimed = (await client.query<Claimed>(prepared(q.claimJobs, [['noop'], [null], [null], workers, 'floor', Date.now()]))).rows
+  let claimed = (await client.query<Claimed>(prepared(q.claimJobs, [['noop'], [null], [null], [null], workers, 'floor', Date.now()]))).rows
   while (claimed.length > 0) {
     const next = await finishAndClaim(client, q, claimed, workers)
     done += claimed.length
@@ -380,6 +380,7 @@ async function finishAndClaim(client: pg.Client, q: ReturnType<typeof queries>, 
       workers,
       'floor',
       ['noop'],
+      [null],
       [null],
       [null],
     ]),

@@ -637,10 +637,11 @@ async function migrateLocked(client: pg.ClientBase, schema: string, target: numb
     await client.query(bookkeeping(schema))
     const locked = await readSchema(client, schema)
     if (decide(locked, SCHEMA_VERSION, 'auto') === 'migrate') {
+      const small = await fewJobs(client, schema, locked?.version ?? 0)
       for (const m of MIGRATIONS) {
         if (m.version <= (locked?.version ?? 0) || m.version > target) continue
-        // On a schema made in this transaction no row is there to read: its indexes are built in place.
-        await client.query(locked === undefined ? inlineSql(m, schema) : m.sql(schema))
+        // On a table of few jobs (a new schema, a small deployment) a build takes a moment: its indexes are built in place.
+        await client.query(small ? inlineSql(m, schema) : m.sql(schema))
         await client.query(recordSql(schema, m.version))
       }
     }
@@ -649,6 +650,16 @@ async function migrateLocked(client: pg.ClientBase, schema: string, target: numb
     await client.query('ROLLBACK').catch(() => undefined)
     throw err
   }
+}
+
+/** Below this many jobs, a migration builds its indexes inside its transaction: reading the table takes a moment. */
+const INLINE_BUILD_ROWS = 10_000
+
+/** Whether the jobs table (absent before version 1) holds fewer than INLINE_BUILD_ROWS rows: read before any lock on it is taken. */
+async function fewJobs(client: pg.ClientBase, schema: string, version: number): Promise<boolean> {
+  if (version === 0) return true
+  const { rows } = await client.query<{ n: number }>(`SELECT count(*)::int AS n FROM (SELECT 1 FROM ${schema}.jobs LIMIT ${INLINE_BUILD_ROWS}) few`)
+  return (rows[0]?.n ?? 0) < INLINE_BUILD_ROWS
 }
 
 /**
@@ -685,16 +696,20 @@ async function buildIndexes(client: pg.ClientBase, schema: string, version: numb
       try {
         await client.query(`CREATE INDEX CONCURRENTLY IF NOT EXISTS ${index.name} ${index.definition}`)
       } catch (err) {
-        // Another migrator made it between the read and this build: look again.
-        if (!['23505', '42P07'].includes((err as { code?: string } | null)?.code ?? '')) throw err
+        // Another migrator made it between the read and this build, or two builds on one table waited for each
+        // other (each build waits for the transactions older than it, the other build's included): look again.
+        if (!BUILD_RACES.has((err as { code?: string } | null)?.code ?? '')) throw err
       }
     }
     if (waiting.length > 0) await new Promise((resolve) => setTimeout(resolve, 200))
   }
 }
 
+/** What a build racing another migrator's may fail with: a duplicate name, or a deadlock PostgreSQL broke. */
+const BUILD_RACES = new Set(['23505', '42P07', '40P01'])
+
 /** How many builds buildIndexes starts at most before it gives up: a build that fails each time is an error, not a loop. */
-const BUILD_ATTEMPTS = 3
+const BUILD_ATTEMPTS = 5
 
 /** A schema name as the catalog holds it, from the quoted form migrations take. */
 function unquote(schema: string): string {

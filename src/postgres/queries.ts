@@ -358,13 +358,23 @@ export function queries(s: string) {
                            ORDER BY y.seq, y.head DESC) x) w) r
          CROSS JOIN LATERAL unnest(r.seqs, r.scopes, r.priorities) WITH ORDINALITY AS t(seq, scope, priority, i)
          WHERE t.i <= k.take
+      ), other AS (
+        -- The heads of the kinds without a rate rule ($10), read in this same snapshot: the picks are made
+        -- across all the claim's kinds by priority, then age, and the write claims as many of these as were picked.
+        SELECT o.kind, h.seq, h.scope, h.priority FROM unnest($10::text[]) AS o(kind)
+         CROSS JOIN LATERAL (
+           SELECT q.seq, q.scope, q.priority FROM ${s}.jobs q WHERE q.status = 'queued' AND q.kind = o.kind
+            ORDER BY q.priority DESC, q.seq LIMIT $8::integer) h
+         WHERE NOT EXISTS (SELECT 1 FROM ${s}.paused_kinds p WHERE p.kind = o.kind)
+           AND NOT EXISTS (SELECT 1 FROM ${s}.cooldowns c WHERE c.key = o.kind AND c.until > $9::bigint)
       )
       SELECT 'u' AS part, bucket::text AS bucket, used::float8 AS used, oldest::float8 AS oldest,
              NULL::text AS seq, NULL::text AS kind, NULL::text AS scope, NULL::integer AS priority, NULL::float8 AS age FROM named WHERE used > 0
       UNION ALL SELECT 'u', bucket::text, used::float8, oldest::float8, NULL, NULL, NULL, NULL, NULL FROM scoped_use
       UNION ALL SELECT 'k', bucket::text, NULL, NULL, NULL, NULL, NULL, NULL, NULL FROM named WHERE cooling
       UNION ALL SELECT 'k', key, NULL, NULL, NULL, NULL, NULL, NULL, NULL FROM scoped_cooling
-      UNION ALL SELECT 'j', NULL, NULL, NULL, seq::text, kind, scope, priority, age::float8 FROM cand`,
+      UNION ALL SELECT 'j', NULL, NULL, NULL, seq::text, kind, scope, priority, age::float8 FROM cand
+      UNION ALL SELECT 'o', NULL, NULL, NULL, seq::text, kind, scope, priority, seq::float8 FROM other`,
 
     /**
      * A rated claim's write, its last statement: marks the picks ($1 seqs,

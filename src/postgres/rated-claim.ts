@@ -57,9 +57,9 @@ export interface RatedClaim {
   readonly open: readonly { kind: string; rate: RateRule }[]
 }
 
-/** A row of ratedCandidates (see there): part 'u' a bucket's use, 'k' a bucket cooling down, 'j' a candidate. */
+/** A row of ratedCandidates (see there): part 'u' a bucket's use, 'k' a bucket cooling down, 'j' a rated kind's candidate, 'o' another kind's. */
 interface CandidateRow {
-  readonly part: 'u' | 'k' | 'j'
+  readonly part: 'u' | 'k' | 'j' | 'o'
   readonly bucket: string | null
   readonly used: number | null
   readonly oldest: number | null
@@ -73,7 +73,7 @@ interface CandidateRow {
 /**
  * Claims in the caller's transaction (READ COMMITTED, on one connection):
  * the open rated kinds within their rate limits and the unrated kinds of
- * the plan, `limit` jobs at most in all, the rated ones first. Takes the
+ * the plan, `limit` jobs at most in all, by priority then age across them all. Takes the
  * advisory locks of the rated kinds' buckets in bucketLocks' order and
  * then those of its capped rated kinds (lockRated), reads the buckets' use,
  * the cooldowns and the candidates after them (ratedCandidates), picks
@@ -98,21 +98,29 @@ export async function claimRated(query: Query, q: Queries, full: FullBuckets, cl
     open.map(({ rate }) => rate.periodMs),
     limit,
     now,
+    plan.unrated[0],
   ])
   const used = new Map<string, number>()
   const oldest = new Map<string, number>()
   const cooling = new Set<string>()
   const candidates: (RateCandidate<string> & { age: number })[] = []
   for (const r of rows) {
-    if (r.part === 'u') {
+    if (r.part === 'o') candidates.push({ seq: r.seq!, kind: r.kind!, scope: r.scope, priority: r.priority!, age: r.age! })
+    else if (r.part === 'u') {
       used.set(r.bucket!, r.used!)
       oldest.set(r.bucket!, r.oldest!)
     } else if (r.part === 'k') cooling.add(r.bucket!)
     else candidates.push({ seq: r.seq!, kind: r.kind!, scope: r.scope, priority: r.priority!, age: r.age! })
   }
-  // Claim order across kinds: priority, then age (each kind's own order is kept in its ages).
+  // Claim order across all the claim's kinds, read in one snapshot: priority, then age (each kind's own order is kept in its ages).
   candidates.sort((a, b) => b.priority - a.priority || a.age - b.age || Number(a.seq) - Number(b.seq))
-  const picks = pickWithinRates({ candidates, rules, used, cooling, limit })
+  const chosen = pickWithinRates({ candidates, rules, used, cooling, limit })
+  // The rated picks are marked by seq; the other kinds' are claimed by claim_jobs, as many as were picked (their own
+  // rules, caps and fair order applied there, so it may take fewer).
+  const rated = new Set(open.map(({ kind }) => kind))
+  const kindOf = new Map(candidates.map((c) => [c.seq, c.kind]))
+  const picks = chosen.filter((p) => rated.has(kindOf.get(p.seq)!))
+  const others = chosen.length - picks.length
   const named = new Map<string, number>()
   const perScope = new Map<string, number>()
   for (const { kind, rate } of open) {
@@ -134,7 +142,7 @@ export async function claimRated(query: Query, q: Queries, full: FullBuckets, cl
       caps,
       scopeCaps,
       fair,
-      limit - picks.length,
+      others,
     ])
   ).rows
   recordFull(full, open, rows, picks, claimed, now)

@@ -4,6 +4,7 @@ import {
   describeAction,
   type Status,
   KIND_NAMES,
+  KINDS,
   TIMEOUT_MS,
   type DeclaredCode,
   type HandlerAction,
@@ -319,11 +320,27 @@ export class Advance extends Step {
 
 // ---- handlers -----------------------------------------------------------------------------------
 
-export type OutcomeName = 'return' | 'fail:provider_unavailable' | 'fail:bad_input' | 'throw' | 'snooze:0' | 'snooze:600' | 'snooze:1500'
+export type OutcomeName =
+  | 'return'
+  | 'fail:provider_unavailable'
+  | 'fail:bad_input'
+  | 'throw'
+  | 'snooze:0'
+  | 'snooze:600'
+  | 'snooze:1500'
+  /** `job.rateLimited(ms)`: its own bucket cools down (the kind's name for a kind without a rate limit). */
+  | 'rateLimited:700'
+  | 'rateLimited:1500'
+  /** `job.rateLimited(700, { key: 'provider' })`: the `rated` kind's shared bucket cools down, whatever kind calls it. */
+  | 'rateLimited:700@provider'
 
 export function actionOf(name: OutcomeName): HandlerAction {
   if (name.startsWith('fail:')) return { type: 'fail', code: name.slice(5) as DeclaredCode }
   if (name.startsWith('snooze:')) return { type: 'snooze', ms: Number(name.slice(7)) }
+  if (name.startsWith('rateLimited:')) {
+    const [ms, key] = name.slice(12).split('@')
+    return { type: 'rateLimited', ms: Number(ms), ...(key !== undefined ? { key } : {}) }
+  }
   return { type: name as 'return' | 'throw' }
 }
 
@@ -352,6 +369,37 @@ export class Finish extends Step {
   }
   toString(): string {
     return call('finish', this.p, { handler: 0, outcome: 'return' })
+  }
+}
+
+// ---- cooldowns ----------------------------------------------------------------------------------
+
+/** The keys a cooldown may have here: the `provider` bucket, each `household` scope's, and the kinds without a rate limit. */
+export const COOLDOWN_KEYS = ['provider', 'household@h1', 'household@h2', 'household@', 'plain', 'capped', 'scoped', 'fair'] as const
+
+export interface ClearParams {
+  readonly key: string
+  readonly via: Via
+}
+
+/** runner.clearCooldown(key): the key's jobs may start at once. */
+export class ClearCooldown extends Step {
+  readonly p: ClearParams
+  constructor(p: Partial<ClearParams>) {
+    super()
+    this.p = { key: 'provider', via: 'web', ...p }
+  }
+  check(m: Readonly<Model>): boolean {
+    return viaLive(m, this.p.via)
+  }
+  protected async act(m: Model, s: System): Promise<void> {
+    const expected = m.clearing(this.p.key)
+    const answer = await retryTransient(() => s.route(this.p.via).runner.clearCooldown(this.p.key))
+    m.note(`clearCooldown(${this.p.key}) -> ${answer}`)
+    m.clearAnswered(this.p.key, expected, answer)
+  }
+  toString(): string {
+    return call('clearCooldown', this.p, { key: 'provider', via: 'web' })
   }
 }
 
@@ -486,6 +534,7 @@ export const finish = (p: Partial<FinishParams> = {}) => new Finish(p)
 export const start = (p: Partial<StartParams> = {}) => new Start(p)
 export const stop = (p: Partial<{ slot: 0 | 1 }> = {}) => new Stop(p)
 export const race = (p: Partial<RaceParams> = {}) => new Race(p)
+export const clearCooldown = (p: Partial<ClearParams> = {}) => new ClearCooldown(p)
 
 // ---- arbitraries --------------------------------------------------------------------------------
 
@@ -509,7 +558,18 @@ const batchArb = fc.record({ jobs: fc.array(jobArb, { minLength: 2, maxLength: 5
 const finishArb = fc
   .record({
     handler: fc.nat(5),
-    outcome: fc.constantFrom<OutcomeName>('return', 'fail:provider_unavailable', 'fail:bad_input', 'throw', 'snooze:0', 'snooze:600', 'snooze:1500'),
+    outcome: fc.constantFrom<OutcomeName>(
+      'return',
+      'fail:provider_unavailable',
+      'fail:bad_input',
+      'throw',
+      'snooze:0',
+      'snooze:600',
+      'snooze:1500',
+      'rateLimited:700',
+      'rateLimited:1500',
+      'rateLimited:700@provider',
+    ),
   })
   .map((p) => new Finish(p))
 
@@ -526,10 +586,18 @@ const startArb = fc
   .record({ slot: slotArb, workers: fc.integer({ min: 1, max: 3 }), kinds: fc.subarray([...KIND_NAMES], { minLength: 1 }) })
   .map((p) => new Start(p))
 const stopArb = fc.record({ slot: slotArb }).map((p) => new Stop(p))
+const clearArb = fc.record({ key: fc.constantFrom<string>(...COOLDOWN_KEYS), via: viaArb }).map((p) => new ClearCooldown(p))
+/**
+ * A race's kinds: those without a rate limit. A race is about where a
+ * cancel lands in a claim's life; a rate limit only delays the claim, and
+ * a claim the stop gives back would still count in its bucket, unseen by
+ * the ledger.
+ */
+const raceKindArb = fc.constantFrom<KindName>(...KIND_NAMES.filter((k) => KINDS[k].rate === null))
 const raceArb = fc
   .record({
     slot: slotArb,
-    kind: kindArb,
+    kind: raceKindArb,
     priority: fc.constantFrom(0, 10),
     timed: fc.constantFrom(false, true),
     onAbort: onAbortArb,
@@ -561,4 +629,5 @@ export const commandArbitraries: fc.Arbitrary<Step>[] = [
   startArb,
   stopArb,
   raceArb,
+  clearArb,
 ]

@@ -70,8 +70,18 @@ const CODE_UNKNOWN_KIND = 'unknown_kind'
 const CODE_TIMEOUT = 'timeout'
 const CODE_INTERNAL = 'internal_error'
 
-export const KIND_NAMES = ['plain', 'capped', 'scoped'] as const
+export const KIND_NAMES = ['plain', 'capped', 'scoped', 'rated', 'fair', 'household'] as const
 export type KindName = (typeof KIND_NAMES)[number]
+
+/** The rate-limit window of every rated kind (model clock). */
+export const RATE_PERIOD_MS = 1_000
+
+/** A kind's rate limit as the driver applies it (src/driver.ts, RateRule): its bucket, or null for one per scope. */
+export interface RateSpec {
+  readonly limit: number
+  readonly periodMs: number
+  readonly bucket: string | null
+}
 
 export interface KindSpec {
   readonly name: KindName
@@ -80,6 +90,10 @@ export interface KindSpec {
   readonly maxAttempts: number
   /** The failure codes it retries while attempts are left. */
   readonly retried: readonly string[]
+  /** Its rate limit, or null. */
+  readonly rate: RateSpec | null
+  /** Claimed in turn across scopes (`fairness: 'scope'`). */
+  readonly fair: boolean
 }
 
 /**
@@ -94,19 +108,48 @@ export function limited(kind: KindName): boolean {
 /**
  * `plain` retries a declared failure and timeouts, with no limit; `capped`
  * the same with `concurrency: 1`; `scoped` is not retried and runs at most
- * one job per scope, two in all.
+ * one job per scope, two in all. `rated` starts at most 2 jobs per second
+ * from the bucket `provider` (a shared key, which `plain` handlers may
+ * also cool down); `fair` is claimed in turn across scopes; `household`
+ * starts at most 1 job per second per scope (`key: 'scope'`), in turn
+ * across scopes. None of the last three is retried.
  */
 export const KINDS: Record<KindName, KindSpec> = {
-  plain: { name: 'plain', concurrency: null, scopeConcurrency: null, maxAttempts: 2, retried: ['provider_unavailable', CODE_TIMEOUT] },
-  capped: { name: 'capped', concurrency: 1, scopeConcurrency: null, maxAttempts: 2, retried: ['provider_unavailable', CODE_TIMEOUT] },
-  scoped: { name: 'scoped', concurrency: 2, scopeConcurrency: 1, maxAttempts: 1, retried: [] },
+  plain: { name: 'plain', concurrency: null, scopeConcurrency: null, maxAttempts: 2, retried: ['provider_unavailable', CODE_TIMEOUT], rate: null, fair: false },
+  capped: { name: 'capped', concurrency: 1, scopeConcurrency: null, maxAttempts: 2, retried: ['provider_unavailable', CODE_TIMEOUT], rate: null, fair: false },
+  scoped: { name: 'scoped', concurrency: 2, scopeConcurrency: 1, maxAttempts: 1, retried: [], rate: null, fair: false },
+  rated: { name: 'rated', concurrency: null, scopeConcurrency: null, maxAttempts: 1, retried: [], rate: { limit: 2, periodMs: RATE_PERIOD_MS, bucket: 'provider' }, fair: false },
+  fair: { name: 'fair', concurrency: null, scopeConcurrency: null, maxAttempts: 1, retried: [], rate: null, fair: true },
+  household: { name: 'household', concurrency: null, scopeConcurrency: null, maxAttempts: 1, retried: [], rate: { limit: 1, periodMs: RATE_PERIOD_MS, bucket: null }, fair: true },
+}
+
+/** The bucket, and the default cooldown key, of a job (src/driver.ts, rateBucket): the rule's bucket, `<kind>@<scope>`, or the kind's name. */
+export function bucketOf(kind: KindName, scope: string | null): string {
+  const rate = KINDS[kind].rate
+  if (rate === null) return kind
+  return rate.bucket ?? `${kind}@${scope ?? ''}`
+}
+
+/** The kinds drawing on a bucket's rate limit, with it; none for a bucket no rate limit has (a kind's own name). */
+function rateOfBucket(bucket: string): RateSpec | null {
+  for (const spec of Object.values(KINDS)) {
+    if (spec.rate === null) continue
+    if (spec.rate.bucket === bucket || (spec.rate.bucket === null && bucket.startsWith(`${spec.name}@`))) return spec.rate
+  }
+  return null
 }
 
 export type DeclaredCode = 'provider_unavailable' | 'bad_input'
 /** What a handler does when its signal aborts: return a result, throw, or go on until the test ends it. */
 export type OnAbort = 'return' | 'throw' | 'ignore'
 /** How a handler ends. */
-export type HandlerAction = { type: 'return' } | { type: 'fail'; code: DeclaredCode } | { type: 'throw' } | { type: 'snooze'; ms: number }
+export type HandlerAction =
+  | { type: 'return' }
+  | { type: 'fail'; code: DeclaredCode }
+  | { type: 'throw' }
+  | { type: 'snooze'; ms: number }
+  /** `job.rateLimited(ms, { key })`: a snooze that also cools `key` (default: the job's bucket) down until then. */
+  | { type: 'rateLimited'; ms: number; key?: string }
 
 export type Status = 'scheduled' | 'queued' | 'running' | 'succeeded' | 'failed' | 'cancelled'
 const TERMINAL: readonly Status[] = ['succeeded', 'failed', 'cancelled']
@@ -125,6 +168,10 @@ export interface Row {
 
 export interface Snapshot {
   readonly rows: ReadonlyMap<string, Row>
+  /** The cooldowns in force (runner.cooldowns()): key -> until. */
+  readonly cooldowns: ReadonlyMap<string, number>
+  /** Claims in each rate bucket's window now (runner.rateLimits(), per-scope buckets one by one): bucket -> used. */
+  readonly rateUsed: ReadonlyMap<string, number>
   /** Equal for two snapshots that show the same store, ledger and runners. */
   readonly key: string
 }
@@ -148,6 +195,8 @@ export interface JobState {
   readonly owner?: number
   /** Running with no handler left to record it (it failed while its runner stopped): the interrupted sweep's to fail. */
   readonly orphan?: boolean
+  /** The cooldown this step's final write of the job recorded (`job.rateLimited`); cleared once the step is absorbed. */
+  readonly cooldown?: { readonly key: string; readonly until: number }
   /** How the model came to this state, for messages. */
   readonly why: string
 }
@@ -234,6 +283,24 @@ export class Model {
   #race: { jobId: string | undefined; gen: number } | undefined
   #ledger: Ledger | undefined
   #servedAtStepStart = new Set<KindName>()
+  /**
+   * What the model knows of each cooldown key: the ends it may have (null:
+   * none recorded), narrowed by what cooldowns() shows after each step. A
+   * key absent has none.
+   */
+  readonly cooldowns = new Map<string, Set<number | null>>()
+  /** Keys whose cooldown may have been in force, or changed, during this step: the order check leaves their jobs out. */
+  readonly #coolingTouched = new Set<string>()
+  /** The clock when the current step began (before an advance moves it). */
+  #nowAtStepStart = T0
+  /**
+   * The earliest time each run's claim may have recorded (by run index):
+   * the clock when its step began. A claim reads the clock as it is sent
+   * and may wait (for a lock) while a step moves the clock on; it records
+   * that earlier time, and its window ends that much sooner. Assumed: no
+   * claim waits across a whole settled step.
+   */
+  readonly #claimedFrom = new Map<number, number>()
 
   /** Hooks the model's start-time invariants to the ledger. */
   attach(ledger: Ledger): void {
@@ -266,6 +333,9 @@ export class Model {
     this.#stepStart = this.ledger.tick()
     this.#race = undefined
     this.#pauseTouched.clear()
+    this.#nowAtStepStart = this.now
+    this.#coolingTouched.clear()
+    for (const [key, ends] of this.cooldowns) if ([...ends].some((u) => u !== null && u > this.now)) this.#coolingTouched.add(key)
     this.trace.push(`#${this.stepNo} ${text}`)
     this.count(`command ${text.slice(0, text.indexOf('('))}`)
   }
@@ -483,6 +553,28 @@ export class Model {
   }
 
   /**
+   * Call before clearCooldown(key): from then on no cooldown of `key`
+   * holds. Returns what it must answer: true while one is surely in
+   * force, false when none was ever recorded, undefined when either may
+   * be right (one that ended may be kept or not).
+   */
+  clearing(key: string): boolean | undefined {
+    const ends = [...(this.cooldowns.get(key) ?? [null])]
+    this.#coolingTouched.add(key)
+    this.cooldowns.set(key, new Set([null]))
+    if (ends.every((u) => u !== null && u > this.now)) return true
+    if (ends.every((u) => u === null)) return false
+    return undefined
+  }
+
+  clearAnswered(key: string, expected: boolean | undefined, answer: boolean): void {
+    this.count(`clearCooldown ${answer}`)
+    if (expected !== undefined && answer !== expected) {
+      this.violate(`clearCooldown(${key}) answered ${answer}; ${expected ? 'a cooldown of it was in force' : 'none was ever recorded'}`)
+    }
+  }
+
+  /**
    * A race enqueued `job` on runner `gen`, then cancelled it and stopped
    * that runner with no wait between: the cancel's answer says where in
    * the job's life it landed.
@@ -528,6 +620,22 @@ export class Model {
       }
     }
     if (this.pausedSince.has(run.kind)) this.violate(`${label} started while ${run.kind} is paused (since tick ${this.pausedSince.get(run.kind)})`)
+    // Rate limits: the claims of a bucket surely recorded after (this start - periodMs), this one included, are at most its limit.
+    this.#claimedFrom.set(run.index, Math.min(this.#nowAtStepStart, run.at))
+    const rate = spec.rate
+    if (rate !== null) {
+      const within = ledger.runs.filter((r) => r.bucket === run.bucket && KINDS[r.kind].rate !== null && this.#claimedAfter(r, run.at - rate.periodMs))
+      if (within.length > rate.limit) {
+        this.violate(
+          `rate limit: ${within.length} starts in bucket ${run.bucket} within ${rate.periodMs} ms (limit ${rate.limit}): ${within.map((r) => `${this.runLabel(r)} at +${r.at - T0}`).join(', ')}`,
+        )
+      }
+    }
+    // Cooldowns: no job of a key starts while a cooldown of it is surely in force (as known when the step began, or cleared since).
+    const cooling = [...(this.cooldowns.get(run.bucket) ?? [])]
+    if (cooling.length > 0 && cooling.every((u) => u !== null && u > run.at)) {
+      this.violate(`cooldown: ${label} started while its key ${run.bucket} cools down until +${Math.min(...(cooling as number[])) - run.at}`)
+    }
     const job = this.byId.get(run.jobId)
     if (job?.cancelledAt !== undefined) this.violate(`${label} started after cancel() answered 'cancelled'`)
     else if (job !== undefined && job.state.cancelRequested && job.state.status !== 'claimed') {
@@ -541,6 +649,11 @@ export class Model {
     }
     const gen = this.gens.get(run.gen)
     if (gen !== undefined && !gen.kinds.has(run.kind)) this.violate(`${label}: a runner without a handler for ${run.kind} ran it`)
+  }
+
+  /** Whether the run's claim surely recorded a time after `t` (see #claimedFrom). */
+  #claimedAfter(run: Run, t: number): boolean {
+    return (this.#claimedFrom.get(run.index) ?? run.at) > t
   }
 
   #runState(r: Run): string {
@@ -561,6 +674,19 @@ export class Model {
       if (spec.concurrency !== null && Math.max(rowsOf(kind), runsOf(kind)) >= spec.concurrency) return true
       return spec.scopeConcurrency !== null && Math.max(rowsOf(kind, scope), runsOf(kind, scope)) >= spec.scopeConcurrency
     }
+  }
+
+  /**
+   * Whether the store lets a claim take the job now as far as rate limits
+   * and cooldowns go: no cooldown of its bucket in force, and room in the
+   * bucket's window, as the store itself reports them (a claim given back
+   * unstarted still counts there, unseen by the ledger).
+   */
+  #withinRate(job: ModelJob, snap: Snapshot): boolean {
+    const bucket = bucketOf(job.kind, job.scope)
+    if (snap.cooldowns.has(bucket)) return false
+    const rate = KINDS[job.kind].rate
+    return rate === null || (snap.rateUsed.get(bucket) ?? 0) < rate.limit
   }
 
   /** The queued time of a job as the unknown-kind check reads it: its enqueue, or its due time. */
@@ -597,7 +723,7 @@ export class Model {
       const idle = g.workers - executing.filter((r) => r.gen === gen).length
       if (idle <= 0) continue
       const claimable = this.jobs.find(
-        (j) => snap.rows.get(j.id)?.status === 'queued' && g.kinds.has(j.kind) && !this.pausedSince.has(j.kind) && !full(j.kind, j.scope),
+        (j) => snap.rows.get(j.id)?.status === 'queued' && g.kinds.has(j.kind) && !this.pausedSince.has(j.kind) && !full(j.kind, j.scope) && this.#withinRate(j, snap),
       )
       if (claimable !== undefined) out.push(`${this.slotName(gen)} has ${idle} idle worker(s) and ${claimable.label} (${claimable.kind}) is claimable`)
     }
@@ -622,9 +748,9 @@ export class Model {
         if (requested && current && g !== undefined && !g.stopResolved && !run.signal.aborted) out.push(`${label}: its cancellation was requested and its signal is not aborted`)
       } else if (current && runnerStarted) {
         out.push(`${label} ended and its final write has not landed`)
-      } else if (current && g !== undefined && !g.stopResolved && !run.timed && (run.action?.type === 'return' || run.action?.type === 'snooze')) {
-        // A handler that returns or snoozes while its runner stops still has its final write made (only a failure then writes nothing).
-        out.push(`${label} ${run.action.type === 'return' ? 'returned' : 'snoozed'} while its runner stopped and its final write has not landed`)
+      } else if (current && g !== undefined && !g.stopResolved && !run.timed && (run.action?.type === 'return' || run.action?.type === 'snooze' || run.action?.type === 'rateLimited')) {
+        // A handler that returns, snoozes or is rate limited while its runner stops still has its final write made (only a failure then writes nothing).
+        out.push(`${label} ${run.action.type === 'return' ? 'returned' : run.action.type === 'snooze' ? 'snoozed' : 'was rate limited'} while its runner stopped and its final write has not landed`)
       }
     }
     for (const r of this.runners) {
@@ -685,6 +811,8 @@ export class Model {
     const before = new Map(this.jobs.map((j) => [j, j.state]))
     const cands = new Map<ModelJob, JobState[]>(this.jobs.map((j) => [j, j.seeds ?? [j.state]]))
     const starts: { run: Run; tick: number }[] = []
+    /** Per job, the cooldown each stored-matching candidate recorded (undefined: none). */
+    const learned: (JobState['cooldown'] | undefined)[][] = []
     for (const ev of events) {
       const job = this.byId.get(ev.run.jobId)
       if (job === undefined) {
@@ -715,14 +843,17 @@ export class Model {
         this.violate(`${job.label} is missing from the store`)
         continue
       }
-      const match = options.find((c) => matches(c, row))
+      const found = options.filter((c) => matches(c, row))
+      const match = found[0]
       if (match === undefined) {
         const was = before.get(job)!
         const terminal = TERMINAL.includes(was.status as Status) ? ' (it was terminal: a terminal job never changes)' : ''
         this.violate(`${job.label} (${job.kind}) is stored as ${describeRow(row, this.now)}; the model allows ${options.map((c) => describe(c, this.now)).join(' | ')}${terminal}`)
         continue
       }
-      job.state = { ...match, runAt: row.runAt }
+      learned.push(found.map((c) => c.cooldown))
+      const { cooldown: _recorded, ...kept } = match
+      job.state = { ...kept, runAt: row.runAt }
       if (job.state.status !== 'queued') job.queuedSince = undefined
       else if (before.get(job)!.status !== 'queued' && job.queuedSince === undefined) job.queuedSince = undefined
       const was = before.get(job)!
@@ -730,6 +861,9 @@ export class Model {
       if (match.orphan) this.count('left running by a stopping runner')
       if (describe(was, this.now) !== describe(job.state, this.now)) this.note(`${job.label}: ${describe(was, this.now)} -> ${describe(job.state, this.now)}  [${job.state.why}]`)
     }
+    this.#learnCooldowns(learned)
+    this.#observeCooldowns(snap)
+    this.#checkRateUse(snap, ledger)
     for (const ev of events) {
       if (ev.type === 'start') this.count('handler starts')
       else if (ev.run.timed && elapsedOf(ev.run) > TIMEOUT_MS + TIMEOUT_GRACE_MS) this.count(`handler returned past its deadline (${limited(ev.run.kind) ? 'limited' : 'unlimited'} kind)`)
@@ -740,6 +874,72 @@ export class Model {
     // From now on, every queued job is known to be queued since at least this tick.
     const tick = ledger.tick()
     for (const job of this.jobs) if (job.state.status === 'queued') job.queuedSince ??= tick
+  }
+
+  /**
+   * Adds the cooldowns this step's final writes recorded: surely, where
+   * every candidate matching the stored job recorded the same one; maybe,
+   * where only some did. A cooldown ends at the later of two ends.
+   */
+  #learnCooldowns(learned: readonly (JobState['cooldown'] | undefined)[][]): void {
+    const later = (ends: Set<number | null>, until: number) => new Set([...ends].map((u) => (u === null ? until : Math.max(u, until))))
+    const apply = (cd: { key: string; until: number }, sure: boolean) => {
+      const ends = this.cooldowns.get(cd.key) ?? new Set([null])
+      this.cooldowns.set(cd.key, sure ? later(ends, cd.until) : new Set([...ends, ...later(ends, cd.until)]))
+      this.#coolingTouched.add(cd.key)
+      this.count(`cooldown recorded${sure ? '' : ' (maybe)'}`)
+      this.note(`cooldown of ${cd.key} until +${cd.until - this.now}${sure ? '' : ' (maybe)'}`)
+    }
+    for (const cds of learned) {
+      const distinct = new Map(cds.map((cd) => [cd === undefined ? '' : `${cd.key}\u0000${cd.until}`, cd]))
+      if (distinct.size === 1) {
+        const only = [...distinct.values()][0]
+        if (only !== undefined) apply(only, true)
+      } else {
+        for (const cd of distinct.values()) if (cd !== undefined) apply(cd, false)
+      }
+    }
+  }
+
+  /**
+   * cooldowns() must show exactly the cooldowns the model allows in force
+   * now (each key's possible ends); what it shows then narrows them.
+   */
+  #observeCooldowns(snap: Snapshot): void {
+    const shown = (u: number | null | undefined) => (u === null || u === undefined || u <= this.now ? 'none in force' : `until +${u - this.now}`)
+    for (const key of new Set([...this.cooldowns.keys(), ...snap.cooldowns.keys()])) {
+      const ends = this.cooldowns.get(key) ?? new Set([null])
+      const seen = snap.cooldowns.get(key) ?? null
+      const allowed = [...ends].map((u) => (u !== null && u > this.now ? u : null))
+      if (!allowed.includes(seen)) {
+        this.violate(`cooldowns() shows ${key} ${shown(seen)}; the model allows ${[...new Set(allowed.map(shown))].join(' or ')}`)
+        continue
+      }
+      this.cooldowns.set(key, seen !== null ? new Set([seen]) : new Set([...ends].filter((u) => u === null || u <= this.now)))
+    }
+  }
+
+  /**
+   * rateLimits() reports, for each bucket, the claims in its window now:
+   * at least the handler starts of the bucket whose claims surely fall in
+   * that window (a claim given back unstarted counts too), and never more
+   * than its limit.
+   */
+  #checkRateUse(snap: Snapshot, ledger: Ledger): void {
+    const buckets = new Set([...snap.rateUsed.keys(), ...ledger.runs.filter((r) => KINDS[r.kind].rate !== null).map((r) => r.bucket)])
+    for (const bucket of buckets) {
+      const rate = rateOfBucket(bucket)
+      if (rate === null) {
+        this.violate(`rateLimits() reports a bucket ${bucket} that no rate limit has`)
+        continue
+      }
+      const used = snap.rateUsed.get(bucket) ?? 0
+      const started = ledger.runs.filter((r) => r.bucket === bucket && KINDS[r.kind].rate !== null && this.#claimedAfter(r, this.now - rate.periodMs)).length
+      if (used < started) this.violate(`rateLimits(): bucket ${bucket} has used ${used} in its window, yet ${started} of its handlers started in it`)
+      if (used > rate.limit) this.violate(`rateLimits(): bucket ${bucket} has used ${used} in its window, over its limit ${rate.limit}`)
+      if (started > 0) this.count('steps with a rate bucket in use')
+      if (used >= rate.limit) this.count('steps with a rate bucket full')
+    }
   }
 
   #applyStart(job: ModelJob, c: JobState, run: Run): JobState[] {
@@ -764,7 +964,9 @@ export class Model {
     const outcomes: Outcome[] = []
     // What the handler did counts unless it ended past its deadline (then it is a timeout, whatever it did).
     if (!run.timed || elapsedOf(run) < TIMEOUT_MS + 3) {
-      outcomes.push(action.type === 'return' ? { type: 'return' } : action.type === 'snooze' ? action : { type: 'fail', code: action.type === 'fail' ? action.code : CODE_INTERNAL })
+      outcomes.push(
+        action.type === 'return' ? { type: 'return' } : action.type === 'snooze' || action.type === 'rateLimited' ? action : { type: 'fail', code: action.type === 'fail' ? action.code : CODE_INTERNAL },
+      )
     }
     if (run.timed && limited(job.kind) && elapsedOf(run) > TIMEOUT_MS - 3) outcomes.push({ type: 'fail', code: CODE_TIMEOUT })
     return outcomes.flatMap((o) => this.#record(job, c, run, o, run.endTick!))
@@ -789,7 +991,9 @@ export class Model {
     const noticed = !c.cancelRequested ? 'no' : this.#race?.jobId === job.id ? 'maybe' : (this.#noticed.get(run.index) ?? 'maybe')
     const base: JobState = { ...c, run: undefined, owner: undefined, orphan: false }
     const result = outcome.type === 'return' ? run.attempt : c.result
-    const cancelled = (why: string): JobState => ({ ...base, status: 'cancelled', error: null, result, why })
+    // A rate-limited end records its cooldown with whatever the write makes of the job (a cancellation keeps the provider's reset).
+    const cooldown = outcome.type === 'rateLimited' ? { key: outcome.key ?? bucketOf(job.kind, job.scope), until: this.now + outcome.ms } : undefined
+    const cancelled = (why: string): JobState => ({ ...base, status: 'cancelled', error: null, result, why, ...(cooldown !== undefined ? { cooldown } : {}) })
     const out: JobState[] = []
     if (noticed !== 'no') out.push(cancelled('its runner noticed the cancellation and recorded it'))
     if (noticed === 'yes') return out
@@ -800,6 +1004,9 @@ export class Model {
       out.push(
         cancel ?? { ...base, status: outcome.ms > 0 ? 'scheduled' : 'queued', runAt: this.now + outcome.ms, maxAttempts: c.maxAttempts + 1, why: `snoozed ${outcome.ms} ms` },
       )
+    } else if (outcome.type === 'rateLimited') {
+      const until = this.now + outcome.ms
+      out.push(cancel ?? { ...base, status: outcome.ms > 0 ? 'scheduled' : 'queued', runAt: until, maxAttempts: c.maxAttempts + 1, cooldown, why: `rate limited ${outcome.ms} ms` })
     } else {
       if (stopping !== 'no') out.push({ ...c, run: undefined, orphan: true, why: `${outcome.code} while its runner stopped: not recorded` })
       if (stopping !== 'yes') {
@@ -909,6 +1116,11 @@ export class Model {
         if (Y === J || Y.queuedSince === undefined || Y.queuedSince >= tick) continue
         if (snap.rows.get(Y.id)?.status !== 'queued' || startedInStep.has(Y.id)) continue
         if (!g.kinds.has(Y.kind) || this.pausedSince.has(Y.kind) || this.#pauseTouched.has(Y.kind)) continue
+        // A fair kind's jobs of one priority are taken in turn across scopes, not by insertion order.
+        if (Y.priority === J.priority && (KINDS[Y.kind].fair || KINDS[J.kind].fair)) {
+          this.count('order: a fair kind at equal priority (turns, not insertion order)')
+          continue
+        }
         if (!(Y.priority > J.priority || (Y.priority === J.priority && Y.seq < J.seq))) {
           competitors++
           continue
@@ -927,6 +1139,16 @@ export class Model {
           this.count('order: ... but its limit may have been full')
           continue
         }
+        // Its bucket's cooldown, or its rate limit: the store's use at the step's end bounds the use at J's claim (the clock stood still).
+        const bucket = bucketOf(Y.kind, Y.scope)
+        if (this.#coolingTouched.has(bucket) || snap.cooldowns.has(bucket)) {
+          this.count('order: ... but a cooldown may have held it')
+          continue
+        }
+        if (spec.rate !== null && (snap.rateUsed.get(bucket) ?? 0) >= spec.rate.limit) {
+          this.count('order: ... but its rate bucket may have been full')
+          continue
+        }
         this.count('order violations')
         this.violate(
           `order: ${this.slotName(run.gen)} started ${J.label} (${J.kind}, priority ${J.priority}, inserted #${J.seq}) while ${Y.label} (${Y.kind}, priority ${Y.priority}, inserted #${Y.seq}) was queued, claimable by it, and ranks first`,
@@ -937,7 +1159,7 @@ export class Model {
   }
 }
 
-type Outcome = { type: 'return' } | { type: 'snooze'; ms: number } | { type: 'fail'; code: string }
+type Outcome = { type: 'return' } | { type: 'snooze'; ms: number } | { type: 'rateLimited'; ms: number; key?: string } | { type: 'fail'; code: string }
 
 /** How long a handler ran (real time), Infinity while it runs. */
 function elapsedOf(run: Run): number {
@@ -994,5 +1216,6 @@ export function describeAction(action: HandlerAction | undefined): string {
   if (action === undefined) return '?'
   if (action.type === 'fail') return `fail(${action.code})`
   if (action.type === 'snooze') return `snooze(${action.ms})`
+  if (action.type === 'rateLimited') return `rateLimited(${action.ms}${action.key !== undefined ? `, { key: '${action.key}' }` : ''})`
   return action.type
 }

@@ -3,7 +3,7 @@ import type { Driver } from 'jobtable'
 import { sqliteBackend } from '../support/backends.js'
 import { KIND_NAMES, type Model } from './model.js'
 import type { System } from './system.js'
-import { advance, batch, cancel, enqueue, finish, pause, start, Step, stop } from './commands.js'
+import { advance, batch, cancel, clearCooldown, enqueue, finish, pause, start, Step, stop } from './commands.js'
 import { replay, type ModelConfig } from './run.js'
 
 /**
@@ -11,7 +11,8 @@ import { replay, type ModelConfig } from './run.js'
  * deliberately broken driver (a Proxy that changes one or two methods),
  * or for what no driver decides a deliberately wrong model, and a short
  * fixed sequence that exercises it, and the model must report that
- * invariant, by its message. The known defects (regressions.test.ts)
+ * invariant, by its message (rate limits, cooldowns and clearCooldown
+ * among them). The known defects (regressions.test.ts)
  * prove the rest: stop() resolving while a handler still runs (defect 1),
  * a limited kind's lingering handler (defect 2), a cancelled claim queued
  * again (defect 3) and a paused kind failed unknown_kind (defect 4).
@@ -168,6 +169,48 @@ describe('sqlite: each invariant of the model catches a broken driver', () => {
 
   it("each runner's workerCounts() matches the handlers executing on it: a model wrong about a runner's workers", async () => {
     expect(await violation({ workers: 1 }, [new MisreportedStart(2, 3)])).toMatch(/workerCounts\(\) of r1\(#2\) says 0 busy and 2 idle; 0 of its handlers execute, so 0 busy and 3 idle/)
+  })
+
+  /** Claim params with every kind's rate limit left out, as a claim that ignores them would read them. */
+  const withoutRates = (p: Record<string, unknown>) => {
+    const limits = p['limits'] as ReadonlyMap<string, Record<string, unknown>> | undefined
+    return { ...p, limits: limits === undefined ? undefined : new Map([...limits].map(([kind, rule]) => [kind, { ...rule, rate: null }])) }
+  }
+
+  it('rate limits: a claim that ignores them starts three jobs of a bucket limited to two a second', async () => {
+    const mutate = claimsOnly((d) => (p) => method(d, 'jobClaim')(withoutRates(p)))
+    expect(await violation({ workers: 3 }, [batch({ jobs: [{ kind: 'rated' }, { kind: 'rated' }, { kind: 'rated' }] })], mutate)).toMatch(
+      /rate limit: 3 starts in bucket provider within 1000 ms \(limit 2\)/,
+    )
+  })
+
+  it("rate limits per scope: a claim that ignores them starts a household's second job in its window", async () => {
+    const mutate = claimsOnly((d) => (p) => method(d, 'jobClaim')(withoutRates(p)))
+    const steps = [batch({ jobs: [{ kind: 'household', scope: 'h1' }, { kind: 'household', scope: 'h1' }] })]
+    expect(await violation({ workers: 2 }, steps, mutate)).toMatch(/rate limit: 2 starts in bucket household@h1 within 1000 ms \(limit 1\)/)
+  })
+
+  it('cooldowns hold: a claim that reads them an hour late starts a job of a key cooling down', async () => {
+    // The claim's clock an hour ahead: every cooldown has ended for it (the rest of the claim does not read the clock).
+    const mutate = claimsOnly((d) => (p) => method(d, 'jobClaim')({ ...p, now: (p['now'] as number) + 3_600_000 }))
+    const steps = [enqueue(), finish({ outcome: 'rateLimited:700' }), enqueue()]
+    expect(await violation({ workers: 1 }, steps, mutate)).toMatch(/cooldown: j1\.a1@r0\(#1\) started while its key plain cools down until \+700/)
+  })
+
+  it('cooldowns are recorded: a final write that drops its cooldown', async () => {
+    const mutate = broken((d) => ({
+      jobFinishMany: (p: { finishes: readonly Record<string, unknown>[] }) => method(d, 'jobFinishMany')({ ...p, finishes: p.finishes.map((f) => ({ ...f, cooldown: null })) }),
+      jobFinishManyAndClaim: undefined,
+    }))
+    expect(await violation({ workers: 1 }, [enqueue({ kind: 'rated' }), finish({ outcome: 'rateLimited:1500' })], mutate)).toMatch(
+      /cooldowns\(\) shows provider none in force; the model allows until \+1500/,
+    )
+  })
+
+  it('clearCooldown ends a cooldown: a clear that answers true and clears nothing', async () => {
+    const mutate = broken(() => ({ cooldownClear: async () => true }))
+    const steps = [enqueue(), finish({ outcome: 'rateLimited:700' }), clearCooldown({ key: 'plain' })]
+    expect(await violation({ workers: 1 }, steps, mutate)).toMatch(/cooldowns\(\) shows plain until \+700; the model allows none in force/)
   })
 
   it('left-running jobs are swept: an interrupted sweep that fails nothing', async () => {

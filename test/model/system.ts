@@ -4,6 +4,7 @@ import type { Backend, Store } from '../support/backends.js'
 import { retryTransient } from '../support/wait.js'
 import {
   BACKOFF_MS,
+  bucketOf,
   KIND_NAMES,
   KINDS,
   POLL_MS,
@@ -46,6 +47,8 @@ function definition(spec: KindSpec) {
     failures: ['provider_unavailable', 'bad_input'],
     ...(spec.concurrency !== null ? { concurrency: spec.concurrency } : {}),
     ...(spec.scopeConcurrency !== null ? { scopeConcurrency: spec.scopeConcurrency } : {}),
+    ...(spec.rate !== null ? { rateLimit: { limit: spec.rate.limit, periodMs: spec.rate.periodMs, key: spec.rate.bucket ?? 'scope' } } : {}),
+    ...(spec.fair ? { fairness: 'scope' as const } : {}),
     ...(spec.maxAttempts > 1
       ? { retry: { maxAttempts: spec.maxAttempts, codes: spec.retried as ('provider_unavailable' | 'timeout')[], backoff: { baseMs: BACKOFF_MS, maxMs: BACKOFF_MS } } }
       : {}),
@@ -64,6 +67,10 @@ export interface Run {
   readonly gen: number
   readonly kind: KindName
   readonly scope: string | null
+  /** Its job's rate bucket and default cooldown key (bucketOf). */
+  readonly bucket: string
+  /** The runners' clock at its start: the time its claim used (the clock stands still within a step). */
+  readonly at: number
   readonly timed: boolean
   readonly onAbort: OnAbort
   readonly signal: AbortSignal
@@ -317,14 +324,40 @@ export class System implements SystemView {
         result: result !== null && typeof result === 'object' && typeof result.attempt === 'number' ? result.attempt : null,
       })
     }
+    const cooldowns = new Map((await retryTransient(() => this.web.cooldowns())).map((c) => [c.key, c.until]))
+    // Per-scope buckets one by one (`<kind>@<scope>`, unscoped jobs `<kind>@`), as claims count them.
+    const rateUsed = new Map<string, number>()
+    for (const limit of await retryTransient(() => this.web.rateLimits())) {
+      if (!limit.perScope) rateUsed.set(limit.key, limit.used)
+      else for (const s of limit.scopes ?? []) rateUsed.set(`${limit.key.slice(0, -1)}${s.scope}`, s.used)
+    }
     const aborted = this.ledger.runs.filter((r) => r.abortedTick !== undefined).length
-    const key = JSON.stringify([[...rows].sort(([a], [b]) => (a < b ? -1 : 1)), this.ledger.events.length, aborted, this.slots.map((s) => [s.gen, s.stopResolved])])
-    return { rows, key }
+    const key = JSON.stringify([
+      [...rows].sort(([a], [b]) => (a < b ? -1 : 1)),
+      [...cooldowns].sort(),
+      [...rateUsed].sort(),
+      this.ledger.events.length,
+      aborted,
+      this.slots.map((s) => [s.gen, s.stopResolved]),
+    ])
+    return { rows, cooldowns, rateUsed, key }
   }
 
   #handler(slot: number, gen: number, kind: KindName) {
     return async (p: ModelPayload, job: JobContext<{ attempt: number }, 'provider_unavailable' | 'bad_input'>) => {
-      const run = this.ledger.begin({ jobId: job.id, attempt: job.attempt, slot, gen, kind, scope: p.scope, timed: p.timed, onAbort: p.onAbort, signal: job.signal })
+      const run = this.ledger.begin({
+        jobId: job.id,
+        attempt: job.attempt,
+        slot,
+        gen,
+        kind,
+        scope: p.scope,
+        bucket: bucketOf(kind, p.scope),
+        at: this.clock.now,
+        timed: p.timed,
+        onAbort: p.onAbort,
+        signal: job.signal,
+      })
       let action: HandlerAction = { type: 'throw' }
       try {
         action = await run.action$
@@ -335,6 +368,8 @@ export class System implements SystemView {
             return job.fail(action.code)
           case 'snooze':
             return job.snooze(action.ms)
+          case 'rateLimited':
+            return job.rateLimited(action.ms, action.key !== undefined ? { key: action.key } : undefined)
           case 'throw':
             throw new Error('model handler: thrown')
         }

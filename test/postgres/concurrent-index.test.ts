@@ -4,7 +4,9 @@
  * claims and enqueues go on while one is built; an interrupted build (an
  * invalid index) is dropped and built again by the next migrator, a missing
  * one by the next process that opens the schema; migrators racing on one
- * schema take turns; `migrate --sql` prints the build after the
+ * schema take turns (two builds on one table may deadlock: PostgreSQL breaks
+ * it and the loser looks again); a table of fewer than 10,000 jobs gets
+ * its indexes inside the migration's transaction; `migrate --sql` prints the build after the
  * migration's COMMIT. The oracles are the catalog (pg_index, the progress
  * view) and statements that must complete, never durations.
  */
@@ -50,7 +52,8 @@ describe.skipIf(skip !== undefined)('postgres: indexes built concurrently by mig
   }
 
   it('an upgrade builds jobs_fair valid, outside its transaction, and the version is recorded', async () => {
-    const quoted = await previousRelease(1000)
+    // Past the size below which a migration builds its indexes in place (10,000 jobs).
+    const quoted = await previousRelease(20_000)
     await withClient((client) => migrateSchema(client, quoted))
     expect(await indexState()).toEqual({ valid: true })
     await withClient(async (client) => {
@@ -123,7 +126,7 @@ describe.skipIf(skip !== undefined)('postgres: indexes built concurrently by mig
   })
 
   it('five migrators racing on one schema of version 13 all finish, with the version recorded once and the index valid', async () => {
-    const quoted = await previousRelease(5000)
+    const quoted = await previousRelease(20_000)
     await Promise.all(Array.from({ length: 5 }, () => withClient((client) => migrateSchema(client, quoted))))
     expect(await indexState()).toEqual({ valid: true })
     const { rows } = await t.admin.query(`SELECT count(*)::int AS n FROM ${quoted}.schema_versions WHERE version = 14`)

@@ -36,13 +36,13 @@ function job(kind: string, fields: Partial<NewJob> = {}): NewJob {
   }
 }
 
-/** The most starts within any closed window of `periodMs` among `times`. */
+/** The most starts within any window (t - periodMs, t] among `times`: the window a rate limit counts. */
 function busiestWindow(times: readonly number[], periodMs: number): number {
   const sorted = [...times].sort((a, b) => a - b)
   let most = 0
   let first = 0
   for (let last = 0; last < sorted.length; last++) {
-    while (sorted[last]! - sorted[first]! > periodMs) first++
+    while (sorted[last]! - sorted[first]! >= periodMs) first++
     most = Math.max(most, last - first + 1)
   }
   return most

@@ -261,6 +261,8 @@ const BEHIND_PGBOUNCER = new Set([
   'conformance/transactions.test.ts',
   'conformance/counts.test.ts',
   'conformance/retry-wakeup.test.ts',
+  'conformance/rate-limits.test.ts',
+  'conformance/cooldowns.test.ts',
   'driver/admin.test.ts',
   'driver/hot-path.test.ts',
   'driver/presence.test.ts',
