@@ -3,7 +3,7 @@ import { Runner, type Driver, type Kind } from 'jobtable'
 import type { Store } from './backend.js'
 import { profileStart, profileStop } from './profiler.js'
 import { percentile, RssSampler } from './stats.js'
-import { anyPayload, cpuSince, drain, Harness, NOOP, quietLogger, type Measurement, type Payload } from './workloads.js'
+import { anyPayload, besideAlone, cpuSince, drain, Harness, NOOP, quietLogger, type Measurement, type Payload } from './workloads.js'
 
 /**
  * The workloads of rate limits and fair claims (`--workload
@@ -45,16 +45,7 @@ const RATE_STOP_TIMEOUT_MS = 1_000
  * from the first, against the limit.
  */
 export async function ratelimited(warmStore: Store, aloneStore: Store, ratedStore: Store, aloneAfterStore: Store, jobs: number, workers: number): Promise<Measurement> {
-  const rss = new RssSampler()
-  // Not counted: the JIT warms up on it, so the drains compared below all run warm.
-  await drain(warmStore, jobs, workers, 'warm-up')
-  const before = await drain(aloneStore, jobs, workers, 'alone')
-  const m = await drainBesideRated(ratedStore, jobs, workers)
-  const after = await drain(aloneAfterStore, jobs, workers, 'alone-after')
-  const rssMb = Math.max(rss.maxMb, before.rss_mb, m.rss_mb, after.rss_mb)
-  rss.stop()
-  const aloneRate = (before.jobs_per_s + after.jobs_per_s) / 2
-  const aloneCpu = (before.cpu_us_per_job + after.cpu_us_per_job) / 2
+  const { m, before, after, aloneRate, aloneCpu, rssMb, alone } = await besideAlone([warmStore, aloneStore, ratedStore, aloneAfterStore], jobs, workers, drainBesideRated)
   const x = m.extra as Record<string, number>
   console.error(
     `bench: ratelimited: ${Math.round(m.jobs_per_s)}/s beside ${jobs} rated at ${RATE_LIMIT} per ${RATE_PERIOD_MS} ms; alone ${Math.round(before.jobs_per_s)}/s before, ${Math.round(after.jobs_per_s)}/s after; ` +
@@ -65,11 +56,7 @@ export async function ratelimited(warmStore: Store, aloneStore: Store, ratedStor
     ...m,
     rss_mb: rssMb,
     extra: {
-      alone_jobs_per_s: aloneRate,
-      alone_before_jobs_per_s: before.jobs_per_s,
-      alone_after_jobs_per_s: after.jobs_per_s,
-      ratio_to_alone: m.jobs_per_s / aloneRate,
-      alone_cpu_us_per_job: aloneCpu,
+      ...alone,
       /** CPU per job alone over CPU per no-op job beside the rated kind (whose own starts are in the latter). */
       cpu_ratio_to_alone: aloneCpu / m.cpu_us_per_job,
       /** Both kinds' jobs per second in the window over the no-op kind's alone. */

@@ -377,6 +377,40 @@ export async function scheduled(warmStore: Store, emptyStore: Store, bigStore: S
   }
 }
 
+/**
+ * The frame of a workload that measures the no-op kind beside another
+ * kind's backlog (limited, ratelimited): after a warm-up drain on a table
+ * of its own (not counted, so the drains compared all run warm), the
+ * no-op kind alone, then `beside` on a fresh table, then the no-op kind
+ * alone once more. Returns the three measurements, the mean of the two
+ * alone, the largest RSS across all four, and the figures both report
+ * against the drains alone (`alone`, for a measurement's extra).
+ */
+export async function besideAlone(
+  [warmStore, aloneStore, besideStore, aloneAfterStore]: readonly [Store, Store, Store, Store],
+  jobs: number,
+  workers: number,
+  beside: (store: Store, jobs: number, workers: number) => Promise<Measurement>,
+): Promise<{ m: Measurement; before: Measurement; after: Measurement; aloneRate: number; aloneCpu: number; rssMb: number; alone: Record<string, number> }> {
+  const rss = new RssSampler()
+  await drain(warmStore, jobs, workers, 'warm-up')
+  const before = await drain(aloneStore, jobs, workers, 'alone')
+  const m = await beside(besideStore, jobs, workers)
+  const after = await drain(aloneAfterStore, jobs, workers, 'alone-after')
+  const rssMb = Math.max(rss.maxMb, before.rss_mb, m.rss_mb, after.rss_mb)
+  rss.stop()
+  const aloneRate = (before.jobs_per_s + after.jobs_per_s) / 2
+  const aloneCpu = (before.cpu_us_per_job + after.cpu_us_per_job) / 2
+  const alone = {
+    alone_jobs_per_s: aloneRate,
+    alone_before_jobs_per_s: before.jobs_per_s,
+    alone_after_jobs_per_s: after.jobs_per_s,
+    ratio_to_alone: m.jobs_per_s / aloneRate,
+    alone_cpu_us_per_job: aloneCpu,
+  }
+  return { m, before, after, aloneRate, aloneCpu, rssMb, alone }
+}
+
 /** The limited workload's cap: at most this many of its limited kind's jobs run at once. */
 export const LIMITED_CONCURRENCY = 2
 /** The limited workload stops its runner with this timeout: the limited handlers take about 1 ms. */
@@ -407,16 +441,7 @@ const LIMITED_TAIL_MS = 1_000
  * alone around it, and the largest RSS across all four drains.
  */
 export async function limited(warmStore: Store, aloneStore: Store, limitedStore: Store, aloneAfterStore: Store, jobs: number, workers: number): Promise<Measurement> {
-  const rss = new RssSampler()
-  // Not counted: the JIT warms up on it, so the drains compared below all run warm.
-  await drain(warmStore, jobs, workers, 'warm-up')
-  const before = await drain(aloneStore, jobs, workers, 'alone')
-  const m = await drainBesideLimited(limitedStore, jobs, workers)
-  const after = await drain(aloneAfterStore, jobs, workers, 'alone-after')
-  const rssMb = Math.max(rss.maxMb, before.rss_mb, m.rss_mb, after.rss_mb)
-  rss.stop()
-  const aloneRate = (before.jobs_per_s + after.jobs_per_s) / 2
-  const aloneCpu = (before.cpu_us_per_job + after.cpu_us_per_job) / 2
+  const { m, before, after, aloneRate, aloneCpu, rssMb, alone } = await besideAlone([warmStore, aloneStore, limitedStore, aloneAfterStore], jobs, workers, drainBesideLimited)
   const x = m.extra as Record<string, number>
   // Each repeat's own figures (the table shows medians taken column by column).
   console.error(
@@ -428,11 +453,7 @@ export async function limited(warmStore: Store, aloneStore: Store, limitedStore:
     ...m,
     rss_mb: rssMb,
     extra: {
-      alone_jobs_per_s: aloneRate,
-      alone_before_jobs_per_s: before.jobs_per_s,
-      alone_after_jobs_per_s: after.jobs_per_s,
-      ratio_to_alone: m.jobs_per_s / aloneRate,
-      alone_cpu_us_per_job: aloneCpu,
+      ...alone,
       /**
        * CPU per job alone over CPU per no-op job beside the limited kind;
        * the latter includes the limited jobs run in the window, so this
